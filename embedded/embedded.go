@@ -1,0 +1,189 @@
+// Package embedded starts the in-process NATS server and the MongoDB-wire-compatible store
+// (FerretDB v1 on SQLite) that let chatd run with nothing installed. Only cmd and tests use it;
+// the chat core never knows whether its NATS and MongoDB are embedded or real.
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// startTimeout bounds how long a server may take to accept connections.
+const startTimeout = 10 * time.Second
+
+// NATSConfig describes an in-process NATS server. Zero ports mean random free ports.
+type NATSConfig struct {
+	// Name identifies the server in a cluster; default is chosen by nats-server.
+	Name string
+	// Host to listen on; default 127.0.0.1.
+	Host string
+	// Port for clients; 0 picks a free port.
+	Port int
+	// StoreDir holds JetStream data; required.
+	StoreDir string
+	// ClusterName, ClusterPort and Routes join servers into a cluster; empty means standalone.
+	ClusterName string
+	ClusterPort int
+	Routes      []string
+}
+
+// NATS is a running in-process NATS server with JetStream.
+type NATS struct {
+	srv *server.Server
+}
+
+// StartNATS starts a NATS server and waits until it accepts clients.
+func StartNATS(cfg NATSConfig) (*NATS, error) {
+	if cfg.StoreDir == "" {
+		return nil, fmt.Errorf("start nats: StoreDir is required")
+	}
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName: cfg.Name,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true,
+		NoLog:      true,
+	}
+	if cfg.ClusterName != "" {
+		opts.Cluster = server.ClusterOpts{Name: cfg.ClusterName, Host: host, Port: cfg.ClusterPort}
+		for _, r := range cfg.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("start nats: parse route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("start nats: %w", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(startTimeout) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("start nats: not ready after %s", startTimeout)
+	}
+	return &NATS{srv: srv}, nil
+}
+
+// ClientURL is the URL clients connect to.
+func (n *NATS) ClientURL() string { return n.srv.ClientURL() }
+
+// ClusterAddr is the address other servers route to, empty when standalone.
+func (n *NATS) ClusterAddr() string {
+	if a := n.srv.ClusterAddr(); a != nil {
+		return a.String()
+	}
+	return ""
+}
+
+// Shutdown stops the server and waits for it.
+func (n *NATS) Shutdown() {
+	n.srv.Shutdown()
+	n.srv.WaitForShutdown()
+}
+
+// Mongo is a running FerretDB speaking the MongoDB wire protocol over TCP, storing in SQLite.
+type Mongo struct {
+	uri    string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// MongoConfig describes the embedded store.
+type MongoConfig struct {
+	// Dir holds the SQLite files; it is created if missing.
+	Dir string
+	// Addr is the TCP address to listen on; default 127.0.0.1:0 (a free port).
+	Addr string
+	// Logger receives FerretDB's own logs; nil discards them (FerretDB logs every connection at INFO).
+	Logger *slog.Logger
+}
+
+// StartMongo starts FerretDB and waits until it accepts connections.
+func StartMongo(cfg MongoConfig) (*Mongo, error) {
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("start store: resolve %s: %w", cfg.Dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("start store: create %s: %w", dir, err)
+	}
+	addr := cfg.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	f, err := ferretdb.New(&ferretdb.Config{
+		Listener:  ferretdb.ListenerConfig{TCP: addr},
+		Logger:    logger,
+		Handler:   "sqlite",
+		SQLiteURL: "file:" + dir + "/",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start store: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Mongo{uri: f.MongoDBURI(), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		if err := f.Run(ctx); err != nil {
+			logger.Error("ferretdb stopped", "error", err)
+		}
+	}()
+	if err := waitForTCP(m.uri); err != nil {
+		m.Stop()
+		return nil, fmt.Errorf("start store: %w", err)
+	}
+	return m, nil
+}
+
+// URI is the MongoDB connection string for the store.
+func (m *Mongo) URI() string { return m.uri }
+
+// Stop shuts the store down and waits for it.
+func (m *Mongo) Stop() {
+	m.cancel()
+	<-m.done
+}
+
+func waitForTCP(uri string) error {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return fmt.Errorf("parse %s: %w", uri, err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		conn, err := net.DialTimeout("tcp", u.Host, time.Second)
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not reachable after %s: %w", u.Host, startTimeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,292 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Error codes sent in error frames. They are stable: clients branch on them.
+const (
+	CodeBadFrame     = "bad_frame"     // not a JSON object, or invalid UTF-8
+	CodeUnknownType  = "unknown_type"  // a type this server does not know
+	CodeInvalidField = "invalid_field" // a field is missing, of the wrong type or out of range
+	CodeTooLarge     = "too_large"     // the body exceeds MaxBodyBytes
+	CodeNotMember    = "not_member"    // the conversation does not exist or the user is not in it
+	CodeNotFound     = "not_found"     // the user or message does not exist
+	CodeForbidden    = "forbidden"     // the user may not do this (e.g. delete someone else's message)
+	CodeRateLimited  = "rate_limited"  // too many sends; retry later
+	CodeUnavailable  = "unavailable"   // a dependency is down or ownership is moving; retry with the same clientMsgId
+	CodeInternal     = "internal"      // a bug; the details are in the server log
+)
+
+// Limits on what a client frame may carry. They bound the work and memory one frame can cause.
+const (
+	// MaxBodyBytes bounds a message body; long enough for a pasted paragraph, short enough that a
+	// 5,000-member fan-out of one message stays cheap.
+	MaxBodyBytes = 16 << 10
+	// MaxIDBytes bounds user, conversation and request ids.
+	MaxIDBytes = 128
+	// MaxNameBytes bounds a group name.
+	MaxNameBytes = 200
+	// MaxGroupMembers bounds a group created or extended in one frame.
+	MaxGroupMembers = 10000
+	// MaxSince bounds the conversations one sync frame may name.
+	MaxSince = 10000
+	// MaxPageSize caps a history page; DefaultPageSize is used when a request gives no limit.
+	MaxPageSize     = 200
+	DefaultPageSize = 50
+)
+
+// Error is a refusal with a stable code; it becomes an error frame.
+type Error struct {
+	Code      string
+	Message   string
+	Retryable bool
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Errorf builds an Error with a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// AsError returns err as an *Error, or an internal error frame that hides the details.
+func AsError(err error) *Error {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return &Error{Code: CodeInternal, Message: "internal error"}
+}
+
+// ErrorFrame builds the error frame that answers request id.
+func ErrorFrame(id string, err *Error) ServerFrame {
+	return ServerFrame{Type: TypeError, ID: id, Code: err.Code, Message: err.Message, Retryable: err.Retryable}
+}
+
+// DecodeClientFrame parses and validates one client frame. The error is always an *Error; when
+// the frame had a readable id the returned frame carries it, so the error can answer it.
+func DecodeClientFrame(data []byte) (ClientFrame, error) {
+	var f ClientFrame
+	if !utf8.Valid(data) {
+		return f, Errorf(CodeBadFrame, "frame is not valid UTF-8")
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return f, Errorf(CodeBadFrame, "frame must be a JSON object")
+	}
+	if err := json.Unmarshal(trimmed, &f); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			f = ClientFrame{ID: peekID(trimmed)}
+			return f, Errorf(CodeInvalidField, "field %q has the wrong type or is out of range", typeErr.Field)
+		}
+		return ClientFrame{}, Errorf(CodeBadFrame, "frame is not valid JSON")
+	}
+	if err := f.Validate(); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// peekID recovers the request id from a frame whose other fields did not decode.
+func peekID(data []byte) string {
+	var probe struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(data, &probe) != nil || len(probe.ID) > MaxIDBytes {
+		return ""
+	}
+	return probe.ID
+}
+
+// Validate checks the fields a frame of f.Type needs.
+func (f *ClientFrame) Validate() error {
+	if len(f.ID) > MaxIDBytes {
+		f.ID = ""
+		return Errorf(CodeInvalidField, "id is longer than %d bytes", MaxIDBytes)
+	}
+	switch f.Type {
+	case TypeSend:
+		if err := requireID("conversationId", f.ConversationID); err != nil {
+			return err
+		}
+		if _, err := uuid.Parse(f.ClientMsgID); err != nil {
+			return Errorf(CodeInvalidField, "clientMsgId must be a uuid")
+		}
+		if f.Body == "" {
+			return Errorf(CodeInvalidField, "body is empty")
+		}
+		if len(f.Body) > MaxBodyBytes {
+			return Errorf(CodeTooLarge, "body is longer than %d bytes", MaxBodyBytes)
+		}
+		return nonNegative("replyTo", f.ReplyTo)
+	case TypeOpenDM:
+		return requireID("userId", f.UserID)
+	case TypeCreateGroup:
+		if len(f.Name) > MaxNameBytes {
+			return Errorf(CodeInvalidField, "name is longer than %d bytes", MaxNameBytes)
+		}
+		return validMembers(f.Members)
+	case TypeAddMembers:
+		if err := requireID("conversationId", f.ConversationID); err != nil {
+			return err
+		}
+		if len(f.Members) == 0 {
+			return Errorf(CodeInvalidField, "members is empty")
+		}
+		return validMembers(f.Members)
+	case TypeRemoveMember:
+		if err := requireID("conversationId", f.ConversationID); err != nil {
+			return err
+		}
+		return requireID("userId", f.UserID)
+	case TypeLeave, TypeHideConversation, TypeTyping:
+		return requireID("conversationId", f.ConversationID)
+	case TypeListConversations:
+		return nil
+	case TypeSync:
+		if len(f.Since) > MaxSince {
+			return Errorf(CodeInvalidField, "since names more than %d conversations", MaxSince)
+		}
+		for id, seq := range f.Since {
+			if err := requireID("since key", id); err != nil {
+				return err
+			}
+			if err := nonNegative("since value", seq); err != nil {
+				return err
+			}
+		}
+		return nil
+	case TypeHistory:
+		return f.validateHistory()
+	case TypeRead, TypeReceipts, TypeDeleteMessage:
+		if err := requireID("conversationId", f.ConversationID); err != nil {
+			return err
+		}
+		if f.Seq < 1 {
+			return Errorf(CodeInvalidField, "seq must be at least 1")
+		}
+		return nil
+	case TypeSetPrivacy:
+		if f.HideReceipts == nil {
+			return Errorf(CodeInvalidField, "hideReceipts is required")
+		}
+		return nil
+	case "":
+		return Errorf(CodeInvalidField, "type is required")
+	default:
+		return Errorf(CodeUnknownType, "unknown frame type %q", truncate(f.Type, 40))
+	}
+}
+
+func (f *ClientFrame) validateHistory() error {
+	if err := requireID("conversationId", f.ConversationID); err != nil {
+		return err
+	}
+	anchors := 0
+	for _, p := range []*int64{f.Before, f.After, f.Around} {
+		if p != nil {
+			anchors++
+			if *p < 0 {
+				return Errorf(CodeInvalidField, "history anchors must not be negative")
+			}
+		}
+	}
+	if f.Fraction != nil {
+		anchors++
+		if math.IsNaN(*f.Fraction) || *f.Fraction < 0 || *f.Fraction > 1 {
+			return Errorf(CodeInvalidField, "fraction must be between 0 and 1")
+		}
+	}
+	if anchors > 1 {
+		return Errorf(CodeInvalidField, "give at most one of before, after, around, fraction")
+	}
+	if f.Limit < 0 {
+		return Errorf(CodeInvalidField, "limit must not be negative")
+	}
+	return nil
+}
+
+// PageLimit returns the page size a history request asked for, defaulted and capped.
+func (f *ClientFrame) PageLimit() int {
+	switch {
+	case f.Limit <= 0:
+		return DefaultPageSize
+	case f.Limit > MaxPageSize:
+		return MaxPageSize
+	default:
+		return f.Limit
+	}
+}
+
+func requireID(field, v string) error {
+	if v == "" {
+		return Errorf(CodeInvalidField, "%s is required", field)
+	}
+	if len(v) > MaxIDBytes {
+		return Errorf(CodeInvalidField, "%s is longer than %d bytes", field, MaxIDBytes)
+	}
+	return nil
+}
+
+func nonNegative(field string, v int64) error {
+	if v < 0 {
+		return Errorf(CodeInvalidField, "%s must not be negative", field)
+	}
+	return nil
+}
+
+func validMembers(members []string) error {
+	if len(members) > MaxGroupMembers {
+		return Errorf(CodeInvalidField, "more than %d members", MaxGroupMembers)
+	}
+	for _, m := range members {
+		if err := requireID("member", m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// EncodeMessagePush encodes the "message" frame for m once, so a hub can write the same bytes to
+// every socket that should see it.
+func EncodeMessagePush(m Message) ([]byte, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode message %s/%d: %w", m.ConversationID, m.Seq, err)
+	}
+	return PushFromEncodedMessage(body), nil
+}
+
+// PushFromEncodedMessage turns the JSON object of a Message into a "message" frame by adding the
+// type field in front, without decoding it again.
+func PushFromEncodedMessage(encoded []byte) []byte {
+	const prefix = `{"type":"message",`
+	out := make([]byte, 0, len(prefix)+len(encoded))
+	out = append(out, prefix...)
+	return append(out, encoded[1:]...)
+}
+
+// Encode encodes a server frame.
+func Encode(f ServerFrame) ([]byte, error) {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s frame: %w", f.Type, err)
+	}
+	return b, nil
+}

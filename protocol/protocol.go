@@ -1,0 +1,164 @@
+// Package protocol defines the JSON text frames that browsers and tools exchange with the chat
+// server over a WebSocket, and validates what clients send. It is a leaf package: the server, the
+// command-line client and the tests all speak through these types, so the wire format has one
+// definition. docs/PROTOCOL.md describes every frame with an example.
+package protocol
+
+import "time"
+
+// Client frame types: what a client may send.
+const (
+	TypeSend              = "send"
+	TypeOpenDM            = "open_dm"
+	TypeCreateGroup       = "create_group"
+	TypeListConversations = "list_conversations"
+	TypeSync              = "sync"
+	TypeHistory           = "history"
+	TypeRead              = "read"
+	TypeReceipts          = "receipts"
+	TypeTyping            = "typing"
+	TypeDeleteMessage     = "delete_message"
+	TypeHideConversation  = "hide_conversation"
+	TypeAddMembers        = "add_members"
+	TypeRemoveMember      = "remove_member"
+	TypeLeave             = "leave"
+	TypeSetPrivacy        = "set_privacy"
+)
+
+// Server frame types: what the server sends. Replies carry the request's id.
+const (
+	TypeHello         = "hello"
+	TypeAck           = "ack"
+	TypeError         = "error"
+	TypeMessage       = "message"
+	TypeConversation  = "conversation"
+	TypeConversations = "conversations"
+	TypeSynced        = "synced"
+	TypePage          = "page"
+	TypeCursor        = "cursor"
+	TypeBadge         = "badge"
+	TypeReceipt       = "receipt"
+	TypeReceiptCount  = "receipt_count"
+	TypeOK            = "ok"
+	TypeRemoved       = "removed"
+)
+
+// Message kinds.
+const (
+	KindText    = "text"
+	KindDeleted = "deleted"
+	KindSystem  = "system"
+)
+
+// Conversation kinds.
+const (
+	ConversationDM    = "dm"
+	ConversationGroup = "group"
+)
+
+// Message is one sequenced message as clients see it. A deleted message keeps its seq and comes
+// back with Kind "deleted" and no body, so a page of N seqs always has N entries.
+type Message struct {
+	ConversationID string    `json:"conversationId"`
+	Seq            int64     `json:"seq"`
+	SenderID       string    `json:"senderId"`
+	Kind           string    `json:"kind"`
+	Body           string    `json:"body,omitempty"`
+	CreatedAt      time.Time `json:"createdAt"`
+	ClientMsgID    string    `json:"clientMsgId,omitempty"`
+	ReplyTo        int64     `json:"replyTo,omitempty"`
+}
+
+// Conversation is a conversation as one member sees it: Unread is LastSeq minus the member's
+// ReadSeq, less the tombstones after it.
+type Conversation struct {
+	ID        string    `json:"id"`
+	Kind      string    `json:"kind"`
+	Name      string    `json:"name,omitempty"`
+	Members   []string  `json:"members"`
+	LastSeq   int64     `json:"lastSeq"`
+	ReadSeq   int64     `json:"readSeq"`
+	Unread    int64     `json:"unread"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Reader is one member's read position, used in receipts.
+type Reader struct {
+	UserID  string `json:"userId"`
+	ReadSeq int64  `json:"readSeq"`
+}
+
+// ClientFrame is every frame a client may send; Type says which fields matter. Validate checks
+// them per type.
+type ClientFrame struct {
+	Type string `json:"type"`
+	// ID is chosen by the client and echoed on the reply so it can match replies to requests.
+	ID             string `json:"id,omitempty"`
+	ConversationID string `json:"conversationId,omitempty"`
+	// ClientMsgID is a uuid per send; a retry with the same value is stored once.
+	ClientMsgID string   `json:"clientMsgId,omitempty"`
+	Body        string   `json:"body,omitempty"`
+	ReplyTo     int64    `json:"replyTo,omitempty"`
+	UserID      string   `json:"userId,omitempty"`
+	Name        string   `json:"name,omitempty"`
+	Members     []string `json:"members,omitempty"`
+	// Since maps conversation id to the highest seq the client holds (sync).
+	Since map[string]int64 `json:"since,omitempty"`
+	// Seq is the message a read, receipts or delete_message frame is about.
+	Seq int64 `json:"seq,omitempty"`
+	// History anchors: at most one of Before, After, Around, At, Fraction; none means the latest page.
+	Before   *int64   `json:"before,omitempty"`
+	After    *int64   `json:"after,omitempty"`
+	Around   *int64   `json:"around,omitempty"`
+	Fraction *float64 `json:"fraction,omitempty"`
+	Limit    int      `json:"limit,omitempty"`
+	// HideReceipts is the set_privacy setting: true hides this user's read position from others.
+	HideReceipts *bool `json:"hideReceipts,omitempty"`
+}
+
+// ServerFrame is every frame the server sends; fields not used by a type are omitted. A message
+// push carries the message's fields at the top level next to "type".
+type ServerFrame struct {
+	Type string `json:"type"`
+	ID   string `json:"id,omitempty"`
+
+	// Error frames.
+	Code      string `json:"code,omitempty"`
+	Message   string `json:"message,omitempty"`
+	Retryable bool   `json:"retryable,omitempty"`
+
+	// Hello.
+	UserID    string `json:"userId,omitempty"`
+	SessionID string `json:"sessionId,omitempty"`
+
+	// Ack, cursor, receipt and page frames.
+	ConversationID string `json:"conversationId,omitempty"`
+	Seq            int64  `json:"seq,omitempty"`
+	ClientMsgID    string `json:"clientMsgId,omitempty"`
+	ReadSeq        int64  `json:"readSeq,omitempty"`
+
+	Conversation  *Conversation  `json:"conversation,omitempty"`
+	Conversations []Conversation `json:"conversations,omitempty"`
+
+	// Page frames: the messages in seq order and where the conversation's ends are.
+	Messages  []Message `json:"messages,omitempty"`
+	FirstSeq  int64     `json:"firstSeq,omitempty"`
+	LastSeq   int64     `json:"lastSeq,omitempty"`
+	HasBefore bool      `json:"hasBefore,omitempty"`
+	HasAfter  bool      `json:"hasAfter,omitempty"`
+
+	// Badge frames: total unread over all conversations, and this conversation's unread.
+	Total  *int64 `json:"total,omitempty"`
+	Unread *int64 `json:"unread,omitempty"`
+
+	// Receipt counts.
+	ReadBy  *int64   `json:"readBy,omitempty"`
+	Readers []Reader `json:"readers,omitempty"`
+
+	// Message pushes (type "message") are encoded from Message directly; see EncodeMessagePush.
+	Body      string     `json:"body,omitempty"`
+	SenderID  string     `json:"senderId,omitempty"`
+	Kind      string     `json:"kind,omitempty"`
+	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	ReplyTo   int64      `json:"replyTo,omitempty"`
+}

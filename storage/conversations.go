@@ -1,0 +1,120 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Conversation kinds as stored.
+const (
+	KindDM    = "dm"
+	KindGroup = "group"
+)
+
+// Conversation is a DM or a group. LastSeq trails the messages collection, which is the truth: a
+// new owner recovers max(LastSeq, highest stored seq).
+type Conversation struct {
+	ID        string    `bson:"_id"`
+	Kind      string    `bson:"kind"`
+	Name      string    `bson:"name,omitempty"`
+	Members   []string  `bson:"members"`
+	LastSeq   int64     `bson:"lastSeq"`
+	CreatedBy string    `bson:"createdBy"`
+	CreatedAt time.Time `bson:"createdAt"`
+}
+
+// IsMember reports whether userID is in the conversation.
+func (c Conversation) IsMember(userID string) bool {
+	for _, m := range c.Members {
+		if m == userID {
+			return true
+		}
+	}
+	return false
+}
+
+// EnsureConversation stores c unless a conversation with its id exists, and returns the stored
+// one. Opening the same DM twice therefore yields the one conversation of that pair.
+func (s *Store) EnsureConversation(ctx context.Context, c Conversation) (Conversation, error) {
+	var stored Conversation
+	err := s.conversations.FindOneAndUpdate(ctx,
+		bson.D{{Key: "_id", Value: c.ID}},
+		bson.D{{Key: "$setOnInsert", Value: c}},
+		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
+	).Decode(&stored)
+	if err != nil {
+		return Conversation{}, fmt.Errorf("ensure conversation %s: %w", c.ID, err)
+	}
+	return stored, nil
+}
+
+// Conversation returns one conversation, or ErrNotFound.
+func (s *Store) Conversation(ctx context.Context, id string) (Conversation, error) {
+	var c Conversation
+	err := s.conversations.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&c)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return Conversation{}, ErrNotFound
+	}
+	if err != nil {
+		return Conversation{}, fmt.Errorf("find conversation %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// ConversationsOf returns every conversation userID is a member of.
+func (s *Store) ConversationsOf(ctx context.Context, userID string) ([]Conversation, error) {
+	cur, err := s.conversations.Find(ctx, bson.D{{Key: "members", Value: userID}})
+	if err != nil {
+		return nil, fmt.Errorf("find conversations of %s: %w", userID, err)
+	}
+	var out []Conversation
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("read conversations of %s: %w", userID, err)
+	}
+	return out, nil
+}
+
+// AdvanceLastSeq raises each conversation's lastSeq to at least the given seq, in one bulk write.
+func (s *Store) AdvanceLastSeq(ctx context.Context, lastSeqs map[string]int64) error {
+	if len(lastSeqs) == 0 {
+		return nil
+	}
+	models := make([]mongo.WriteModel, 0, len(lastSeqs))
+	for id, seq := range lastSeqs {
+		models = append(models, mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: id}}).
+			SetUpdate(bson.D{{Key: "$max", Value: bson.D{{Key: "lastSeq", Value: seq}}}}))
+	}
+	if _, err := s.conversations.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+		return fmt.Errorf("advance lastSeq of %d conversations: %w", len(models), err)
+	}
+	return nil
+}
+
+// AddMembers adds users to a group.
+func (s *Store) AddMembers(ctx context.Context, id string, userIDs []string) error {
+	_, err := s.conversations.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}},
+		bson.D{{Key: "$addToSet", Value: bson.D{{Key: "members", Value: bson.D{{Key: "$each", Value: userIDs}}}}}})
+	if err != nil {
+		return fmt.Errorf("add %d members to %s: %w", len(userIDs), id, err)
+	}
+	return nil
+}
+
+// RemoveMember removes a user from a group.
+func (s *Store) RemoveMember(ctx context.Context, id, userID string) error {
+	_, err := s.conversations.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}},
+		bson.D{{Key: "$pull", Value: bson.D{{Key: "members", Value: userID}}}})
+	if err != nil {
+		return fmt.Errorf("remove %s from %s: %w", userID, id, err)
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Cursor is one user's read position in one conversation. It only moves forward. Hidden mirrors
+// the user's HideReceipts so receipt counts need no join.
+type Cursor struct {
+	UserID         string    `bson:"userId"`
+	ConversationID string    `bson:"conversationId"`
+	ReadSeq        int64     `bson:"readSeq"`
+	Hidden         bool      `bson:"hidden"`
+	UpdatedAt      time.Time `bson:"updatedAt"`
+}
+
+func cursorID(userID, conversationID string) string {
+	return userID + "|" + conversationID
+}
+
+// AdvanceCursors raises each cursor to at least its ReadSeq with one unordered bulk of upserting
+// $max updates, so out-of-order reports never move a cursor back.
+func (s *Store) AdvanceCursors(ctx context.Context, cursors []Cursor) error {
+	if len(cursors) == 0 {
+		return nil
+	}
+	models := make([]mongo.WriteModel, 0, len(cursors))
+	for _, c := range cursors {
+		models = append(models, mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: cursorID(c.UserID, c.ConversationID)}}).
+			SetUpdate(bson.D{
+				{Key: "$max", Value: bson.D{{Key: "readSeq", Value: c.ReadSeq}}},
+				{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: c.UpdatedAt}, {Key: "hidden", Value: c.Hidden}}},
+				{Key: "$setOnInsert", Value: bson.D{{Key: "userId", Value: c.UserID}, {Key: "conversationId", Value: c.ConversationID}}},
+			}).
+			SetUpsert(true))
+	}
+	if _, err := s.cursors.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+		return fmt.Errorf("advance %d read cursors: %w", len(models), err)
+	}
+	return nil
+}
+
+// CursorsOf returns every read cursor of a user.
+func (s *Store) CursorsOf(ctx context.Context, userID string) ([]Cursor, error) {
+	cur, err := s.cursors.Find(ctx, bson.D{{Key: "userId", Value: userID}})
+	if err != nil {
+		return nil, fmt.Errorf("find cursors of %s: %w", userID, err)
+	}
+	var out []Cursor
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("read cursors of %s: %w", userID, err)
+	}
+	return out, nil
+}
+
+// readersFilter matches the visible cursors of a conversation at or past seq, other than the sender's.
+func readersFilter(conversationID string, seq int64, senderID string) bson.D {
+	return bson.D{
+		{Key: "conversationId", Value: conversationID},
+		{Key: "readSeq", Value: bson.D{{Key: "$gte", Value: seq}}},
+		{Key: "userId", Value: bson.D{{Key: "$ne", Value: senderID}}},
+		{Key: "hidden", Value: bson.D{{Key: "$ne", Value: true}}},
+	}
+}
+
+// CountReaders counts the members other than senderID who have read seq, without listing them.
+func (s *Store) CountReaders(ctx context.Context, conversationID string, seq int64, senderID string) (int64, error) {
+	n, err := s.cursors.CountDocuments(ctx, readersFilter(conversationID, seq, senderID))
+	if err != nil {
+		return 0, fmt.Errorf("count readers of %s/%d: %w", conversationID, seq, err)
+	}
+	return n, nil
+}
+
+// Readers lists up to limit members other than senderID who have read seq.
+func (s *Store) Readers(ctx context.Context, conversationID string, seq int64, senderID string, limit int64) ([]Cursor, error) {
+	cur, err := s.cursors.Find(ctx, readersFilter(conversationID, seq, senderID), options.Find().SetLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("find readers of %s/%d: %w", conversationID, seq, err)
+	}
+	var out []Cursor
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("read readers of %s/%d: %w", conversationID, seq, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,170 @@
+// Package storage is the only code that knows MongoDB's shape: the collections, their indexes and
+// the queries on them. Every query on messages carries conversationId equality, so a cluster
+// sharded on {conversationId: "hashed"} routes it to one shard.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+)
+
+// Collection names.
+const (
+	messagesCollection      = "messages"
+	conversationsCollection = "conversations"
+	cursorsCollection       = "readCursors"
+	usersCollection         = "users"
+)
+
+// DefaultOperationTimeout bounds one store round trip when the caller's context has no earlier
+// deadline: long enough for a replica-set election, short enough that a send fails fast.
+const DefaultOperationTimeout = 10 * time.Second
+
+// ErrNotFound is returned when the document asked for does not exist.
+var ErrNotFound = errors.New("not found")
+
+// DuplicateError reports that the write at Index in an ordered batch hit a unique index; the
+// writes before Index were stored and the ones after it were not attempted.
+type DuplicateError struct {
+	Index int
+	Err   error
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("duplicate key at batch index %d: %v", e.Index, e.Err)
+}
+
+func (e *DuplicateError) Unwrap() error { return e.Err }
+
+// Config says how to reach the database.
+type Config struct {
+	// URI is a MongoDB connection string. Write concern and retryable writes can be set in it;
+	// when it sets no write concern, majority is used.
+	URI string
+	// Database is the database name; default "chat".
+	Database string
+	// Monitor, if set, sees every command the driver sends (tests count and inspect them).
+	Monitor *event.CommandMonitor
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	if c.URI == "" {
+		return errors.New("storage: URI is required")
+	}
+	if c.Database == "" {
+		return errors.New("storage: database name is required")
+	}
+	return nil
+}
+
+// Store is the chat data in MongoDB.
+type Store struct {
+	client        *mongo.Client
+	messages      *mongo.Collection
+	conversations *mongo.Collection
+	cursors       *mongo.Collection
+	users         *mongo.Collection
+}
+
+// Open connects, checks the connection and makes sure the indexes exist.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	opts := options.Client().ApplyURI(cfg.URI).SetTimeout(DefaultOperationTimeout)
+	if opts.WriteConcern == nil {
+		// Acked writes must survive a primary failover; majority is what makes an ack a promise.
+		opts.SetWriteConcern(writeconcern.Majority())
+	}
+	if cfg.Monitor != nil {
+		opts.SetMonitor(cfg.Monitor)
+	}
+	client, err := mongo.Connect(opts)
+	if err != nil {
+		return nil, fmt.Errorf("connect to mongodb: %w", err)
+	}
+	if err := client.Ping(ctx, nil); err != nil {
+		_ = client.Disconnect(context.Background())
+		return nil, fmt.Errorf("ping mongodb: %w", err)
+	}
+	db := client.Database(cfg.Database)
+	s := &Store{
+		client:        client,
+		messages:      db.Collection(messagesCollection),
+		conversations: db.Collection(conversationsCollection),
+		cursors:       db.Collection(cursorsCollection),
+		users:         db.Collection(usersCollection),
+	}
+	if err := s.ensureIndexes(ctx); err != nil {
+		_ = client.Disconnect(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close disconnects from the database.
+func (s *Store) Close(ctx context.Context) error {
+	if err := s.client.Disconnect(ctx); err != nil {
+		return fmt.Errorf("disconnect from mongodb: %w", err)
+	}
+	return nil
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx, nil); err != nil {
+		return fmt.Errorf("ping mongodb: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) ensureIndexes(ctx context.Context) error {
+	indexes := []struct {
+		coll   *mongo.Collection
+		name   string
+		keys   bson.D
+		unique bool
+	}{
+		// The sequence itself: one message per seq per conversation. This fences a stale owner.
+		{s.messages, "conversation_seq", bson.D{{Key: "conversationId", Value: 1}, {Key: "seq", Value: 1}}, true},
+		// Idempotent sends: a retried clientMsgId cannot be stored twice.
+		{s.messages, "conversation_client_msg", bson.D{{Key: "conversationId", Value: 1}, {Key: "clientMsgId", Value: 1}}, true},
+		{s.conversations, "members", bson.D{{Key: "members", Value: 1}}, false},
+		{s.cursors, "user_conversation", bson.D{{Key: "userId", Value: 1}, {Key: "conversationId", Value: 1}}, true},
+		// Receipts count the cursors of one conversation at or past a seq.
+		{s.cursors, "conversation_read_seq", bson.D{{Key: "conversationId", Value: 1}, {Key: "readSeq", Value: 1}}, false},
+	}
+	for _, ix := range indexes {
+		model := mongo.IndexModel{Keys: ix.keys, Options: options.Index().SetName(ix.name).SetUnique(ix.unique)}
+		if _, err := ix.coll.Indexes().CreateOne(ctx, model); err != nil {
+			return fmt.Errorf("create index %s on %s: %w", ix.name, ix.coll.Name(), err)
+		}
+	}
+	return nil
+}
+
+// duplicateIndex returns the batch index of the first duplicate-key write error in err.
+func duplicateIndex(err error) (int, bool) {
+	var bwe mongo.BulkWriteException
+	if errors.As(err, &bwe) {
+		for _, we := range bwe.WriteErrors {
+			if we.Code == 11000 {
+				return we.Index, true
+			}
+		}
+		return 0, false
+	}
+	if mongo.IsDuplicateKeyError(err) {
+		return 0, true
+	}
+	return 0, false
+}

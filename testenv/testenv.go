@@ -1,0 +1,111 @@
+// Package testenv starts the real servers that tests run against: in-process NATS servers (alone
+// or clustered) and the embedded MongoDB-wire store over TCP, each on a random port in its own
+// temporary directory, stopped when the test ends.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/embedded"
+	"github.com/chatd/chatd/storage"
+)
+
+// MongoURIEnv names a real MongoDB to test against instead of the embedded store.
+const MongoURIEnv = "CHAT_TEST_MONGO_URI"
+
+// MongoURI starts an embedded store for the test, or returns CHAT_TEST_MONGO_URI when it is set.
+func MongoURI(t testing.TB) string {
+	t.Helper()
+	if uri := os.Getenv(MongoURIEnv); uri != "" {
+		return uri
+	}
+	m, err := embedded.StartMongo(embedded.MongoConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start embedded store: %v", err)
+	}
+	t.Cleanup(m.Stop)
+	return m.URI()
+}
+
+// StoreConfig returns a storage configuration with a fresh database on a store started for the test.
+func StoreConfig(t testing.TB) storage.Config {
+	t.Helper()
+	return storage.Config{URI: MongoURI(t), Database: "test_" + uuid.NewString()[:8]}
+}
+
+// Store opens a store on a fresh database.
+func Store(t testing.TB) *storage.Store {
+	t.Helper()
+	return OpenStore(t, StoreConfig(t))
+}
+
+// OpenStore opens a store with cfg and closes it when the test ends.
+func OpenStore(t testing.TB, cfg storage.Config) *storage.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := storage.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	return s
+}
+
+// NATS starts a standalone NATS server with JetStream and returns its client URL.
+func NATS(t testing.TB) string {
+	t.Helper()
+	n, err := embedded.StartNATS(embedded.NATSConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	t.Cleanup(n.Shutdown)
+	return n.ClientURL()
+}
+
+// NATSCluster starts size NATS servers routed into one JetStream cluster. The servers are
+// returned so a test can kill one; each is shut down when the test ends.
+func NATSCluster(t testing.TB, size int) []*embedded.NATS {
+	t.Helper()
+	ports := FreePorts(t, size)
+	routes := make([]string, size)
+	for i, p := range ports {
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
+	}
+	servers := make([]*embedded.NATS, size)
+	errs := make(chan error, size)
+	for i := range size {
+		go func() {
+			n, err := embedded.StartNATS(embedded.NATSConfig{
+				Name:        fmt.Sprintf("n%d", i+1),
+				StoreDir:    t.TempDir(),
+				ClusterName: "test",
+				ClusterPort: ports[i],
+				Routes:      routes,
+			})
+			servers[i] = n
+			errs <- err
+		}()
+	}
+	for range size {
+		if err := <-errs; err != nil {
+			t.Fatalf("start nats cluster: %v", err)
+		}
+	}
+	for _, n := range servers {
+		t.Cleanup(n.Shutdown)
+	}
+	return servers
+}
