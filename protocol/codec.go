@@ -227,6 +227,8 @@ func (f *ClientFrame) PageLimit() int {
 	}
 }
 
+// requireID checks a user or conversation id: ids become NATS subject tokens, so only letters,
+// digits, '-' and '_' are allowed.
 func requireID(field, v string) error {
 	if v == "" {
 		return Errorf(CodeInvalidField, "%s is required", field)
@@ -234,7 +236,24 @@ func requireID(field, v string) error {
 	if len(v) > MaxIDBytes {
 		return Errorf(CodeInvalidField, "%s is longer than %d bytes", field, MaxIDBytes)
 	}
+	if !ValidID(v) {
+		return Errorf(CodeInvalidField, "%s may only hold letters, digits, '-' and '_'", field)
+	}
 	return nil
+}
+
+// ValidID reports whether v is a well-formed user or conversation id.
+func ValidID(v string) bool {
+	if v == "" || len(v) > MaxIDBytes {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 func nonNegative(field string, v int64) error {

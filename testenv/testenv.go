@@ -19,18 +19,14 @@ import (
 // MongoURIEnv names a real MongoDB to test against instead of the embedded store.
 const MongoURIEnv = "CHAT_TEST_MONGO_URI"
 
-// MongoURI starts an embedded store for the test, or returns CHAT_TEST_MONGO_URI when it is set.
+// MongoURI starts the embedded store in a child process for the test, or returns
+// CHAT_TEST_MONGO_URI when it is set.
 func MongoURI(t testing.TB) string {
 	t.Helper()
 	if uri := os.Getenv(MongoURIEnv); uri != "" {
 		return uri
 	}
-	m, err := embedded.StartMongo(embedded.MongoConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("start embedded store: %v", err)
-	}
-	t.Cleanup(m.Stop)
-	return m.URI()
+	return StartStoreProcess(t, t.TempDir(), "127.0.0.1:0").URI
 }
 
 // StoreConfig returns a storage configuration with a fresh database on a store started for the test.

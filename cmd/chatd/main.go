@@ -1,0 +1,196 @@
+// Command chatd runs one chat node. With no configuration it starts an in-process NATS server and
+// an embedded MongoDB-wire store (FerretDB on SQLite) under ./data, so it runs with nothing
+// installed; with CHAT_MONGO_URI and CHAT_NATS_URL it uses real ones and embeds nothing.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/embedded"
+	"github.com/chatd/chatd/node"
+	"github.com/chatd/chatd/readstate"
+	"github.com/chatd/chatd/sequencer"
+)
+
+func main() {
+	log := zerolog.New(os.Stderr).With().Timestamp().Logger()
+	if err := run(os.Args[1:], log); err != nil {
+		log.Error().Err(err).Msg("chatd stopped")
+		os.Exit(1)
+	}
+}
+
+// options are the command line and environment settings; every flag has a CHAT_* twin.
+type options struct {
+	addr, dataDir, mongoURI, mongoDB, natsURL, jwtSecret, logLevel, nodeID, origins string
+	partitions                                                                      int
+	readWindow                                                                      time.Duration
+}
+
+func parseOptions(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("chatd", flag.ContinueOnError)
+	fs.StringVar(&o.addr, "addr", env("CHAT_ADDR", node.DefaultAddr), "HTTP listen address (CHAT_ADDR)")
+	fs.StringVar(&o.dataDir, "data-dir", env("CHAT_DATA_DIR", "./data"), "directory for the embedded store and NATS (CHAT_DATA_DIR)")
+	fs.StringVar(&o.mongoURI, "mongo-uri", env("CHAT_MONGO_URI", ""), "MongoDB URI; empty starts the embedded store (CHAT_MONGO_URI)")
+	fs.StringVar(&o.mongoDB, "mongo-db", env("CHAT_MONGO_DB", node.DefaultDatabase), "MongoDB database (CHAT_MONGO_DB)")
+	fs.StringVar(&o.natsURL, "nats-url", env("CHAT_NATS_URL", ""), "NATS server URLs, comma-separated; empty starts an in-process server (CHAT_NATS_URL)")
+	fs.StringVar(&o.jwtSecret, "jwt-secret", env("CHAT_JWT_SECRET", ""), "HS256 secret for tokens; empty means dev mode (CHAT_JWT_SECRET)")
+	fs.StringVar(&o.logLevel, "log-level", env("CHAT_LOG_LEVEL", "info"), "debug, info, warn or error (CHAT_LOG_LEVEL)")
+	fs.StringVar(&o.nodeID, "node-id", env("CHAT_NODE_ID", ""), "name of this node; default the host name (CHAT_NODE_ID)")
+	fs.StringVar(&o.origins, "allowed-origins", env("CHAT_ALLOWED_ORIGINS", ""), "extra page origins allowed to open WebSockets, comma-separated host patterns (CHAT_ALLOWED_ORIGINS)")
+	partitions, err := envInt("CHAT_PARTITIONS", sequencer.DefaultPartitions)
+	if err != nil {
+		return o, err
+	}
+	fs.IntVar(&o.partitions, "partitions", partitions, "sequencer partitions; the same on every node (CHAT_PARTITIONS)")
+	window, err := envDuration("CHAT_READ_WINDOW", readstate.DefaultWindow)
+	if err != nil {
+		return o, err
+	}
+	fs.DurationVar(&o.readWindow, "read-window", window, "how long read-cursor moves are coalesced (CHAT_READ_WINDOW)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func run(args []string, log zerolog.Logger) error {
+	o, err := parseOptions(args)
+	if err != nil {
+		return err
+	}
+	level, err := zerolog.ParseLevel(o.logLevel)
+	if err != nil {
+		return fmt.Errorf("log level %q: %w", o.logLevel, err)
+	}
+	log = log.Level(level)
+	if o.nodeID == "" {
+		if o.nodeID, err = os.Hostname(); err != nil {
+			return fmt.Errorf("read host name: %w", err)
+		}
+	}
+	log = log.With().Str("node", o.nodeID).Logger()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cfg := node.Config{
+		Addr:       o.addr,
+		NodeID:     o.nodeID,
+		MongoURI:   o.mongoURI,
+		Database:   o.mongoDB,
+		NATSURL:    o.natsURL,
+		JWTSecret:  []byte(o.jwtSecret),
+		ReadWindow: o.readWindow,
+		Sequencer:  sequencer.Config{Partitions: o.partitions},
+	}
+	if o.origins != "" {
+		cfg.AllowedOrigins = strings.Split(o.origins, ",")
+	}
+	if o.jwtSecret == "" {
+		cfg.DevMode = true
+		if cfg.JWTSecret, err = devSecret(o.dataDir); err != nil {
+			return err
+		}
+		log.Warn().Msg("DEV MODE: no CHAT_JWT_SECRET set; anyone can sign in with any name. Never run this in production.")
+	}
+	if cfg.MongoURI == "" {
+		store, err := embedded.StartMongo(embedded.MongoConfig{Dir: filepath.Join(o.dataDir, "store")})
+		if err != nil {
+			return err
+		}
+		defer store.Stop()
+		cfg.MongoURI = store.URI()
+		log.Info().Str("dir", o.dataDir).Msg("embedded store (FerretDB on SQLite) started; for trying and testing, not production")
+	}
+	if cfg.NATSURL == "" {
+		ns, err := embedded.StartNATS(embedded.NATSConfig{StoreDir: filepath.Join(o.dataDir, "nats")})
+		if err != nil {
+			return err
+		}
+		defer ns.Shutdown()
+		cfg.NATSURL = ns.ClientURL()
+		log.Info().Str("url", cfg.NATSURL).Msg("in-process NATS server started")
+	}
+
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	n, err := node.Start(startCtx, cfg, log)
+	cancel()
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info().Msg("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return n.Shutdown(shutdownCtx)
+}
+
+// devSecret returns the dev-mode signing secret, kept in the data directory so tokens survive a
+// restart of the server.
+func devSecret(dataDir string) ([]byte, error) {
+	path := filepath.Join(dataDir, "dev-jwt-secret")
+	if b, err := os.ReadFile(path); err == nil && len(b) >= 32 {
+		return b, nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read dev secret: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("generate dev secret: %w", err)
+	}
+	secret := []byte(hex.EncodeToString(raw))
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	if err := os.WriteFile(path, secret, 0o600); err != nil {
+		return nil, fmt.Errorf("write dev secret: %w", err)
+	}
+	return secret, nil
+}
+
+func env(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(key string, def int) (int, error) {
+	v, ok := os.LookupEnv(key)
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", key, v, err)
+	}
+	return n, nil
+}
+
+func envDuration(key string, def time.Duration) (time.Duration, error) {
+	v, ok := os.LookupEnv(key)
+	if !ok {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", key, v, err)
+	}
+	return d, nil
+}

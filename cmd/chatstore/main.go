@@ -1,0 +1,31 @@
+// Command chatstore runs the embedded MongoDB-wire store (FerretDB v1 on SQLite) on its own, so
+// several chat nodes on one machine can share it and tests can run it outside their race-detector
+// build. It prints the MongoDB URI on stdout once it accepts connections, and stops on SIGTERM.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/chatd/chatd/embedded"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:27017", "TCP address to listen on")
+	dir := flag.String("dir", "./data/store", "directory for the SQLite files")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	store, err := embedded.StartMongo(embedded.MongoConfig{Dir: *dir, Addr: *addr})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chatstore:", err)
+		os.Exit(1)
+	}
+	fmt.Println(store.URI())
+	<-ctx.Done()
+	store.Stop()
+}

@@ -1,0 +1,78 @@
+package hub
+
+import (
+	"errors"
+	"time"
+)
+
+// Defaults, each with its reason.
+const (
+	// DefaultSendTimeout bounds a send from frame to ack, retries included; past it the client
+	// gets a retryable error and resends with the same clientMsgId.
+	DefaultSendTimeout = 10 * time.Second
+	// DefaultOpTimeout bounds the store work of one request frame.
+	DefaultOpTimeout = 10 * time.Second
+	// DefaultSyncLimit bounds the messages replayed per conversation on reconnect; a client further
+	// behind pages the rest with history requests.
+	DefaultSyncLimit = 200
+	// DefaultLiveReceiptsMaxMembers is the largest group whose read receipts are pushed live; in
+	// larger groups every cursor move would fan out to every member.
+	DefaultLiveReceiptsMaxMembers = 32
+	// DefaultMaxConnectionsPerUser bounds one user's sockets on one node: phones, laptops and tabs,
+	// but not a script opening thousands.
+	DefaultMaxConnectionsPerUser = 16
+)
+
+// Config tunes a Hub. Zero fields take the defaults above.
+type Config struct {
+	// SubjectPrefix must match the sequencer's.
+	SubjectPrefix          string
+	SendTimeout            time.Duration
+	OpTimeout              time.Duration
+	SyncLimit              int
+	LiveReceiptsMaxMembers int
+	MaxConnectionsPerUser  int
+}
+
+// DefaultConfig returns the configuration with every default filled in.
+func DefaultConfig() Config {
+	return Config{
+		SubjectPrefix:          "chat",
+		SendTimeout:            DefaultSendTimeout,
+		OpTimeout:              DefaultOpTimeout,
+		SyncLimit:              DefaultSyncLimit,
+		LiveReceiptsMaxMembers: DefaultLiveReceiptsMaxMembers,
+		MaxConnectionsPerUser:  DefaultMaxConnectionsPerUser,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = d.SubjectPrefix
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = d.SendTimeout
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = d.OpTimeout
+	}
+	if c.SyncLimit == 0 {
+		c.SyncLimit = d.SyncLimit
+	}
+	if c.LiveReceiptsMaxMembers == 0 {
+		c.LiveReceiptsMaxMembers = d.LiveReceiptsMaxMembers
+	}
+	if c.MaxConnectionsPerUser == 0 {
+		c.MaxConnectionsPerUser = d.MaxConnectionsPerUser
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	if c.SendTimeout < 0 || c.OpTimeout < 0 || c.SyncLimit < 0 || c.LiveReceiptsMaxMembers < 0 || c.MaxConnectionsPerUser < 0 {
+		return errors.New("hub: limits and timeouts must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+// Package node assembles one chat node: it connects to NATS and MongoDB, takes its share of the
+// sequencer partitions, starts the hub and the HTTP server, and on shutdown stops them in the
+// order that loses nothing: stop accepting, close sessions with going-away, hand partitions over,
+// flush read cursors, disconnect.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/auth"
+	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/readstate"
+	"github.com/chatd/chatd/sequencer"
+	"github.com/chatd/chatd/server"
+	"github.com/chatd/chatd/session"
+	"github.com/chatd/chatd/storage"
+)
+
+// Defaults, each with its reason.
+const (
+	// DefaultAddr is where the node listens when nothing is configured.
+	DefaultAddr = ":8080"
+	// DefaultDatabase is the MongoDB database name.
+	DefaultDatabase = "chat"
+	// shutdownTimeout bounds each stage of a graceful stop.
+	shutdownTimeout = 10 * time.Second
+	// natsReconnectBuffer is how much a node buffers while NATS reconnects: enough for a few
+	// seconds of sends without unbounded memory.
+	natsReconnectBuffer = 32 << 20
+)
+
+// Config describes one node. cmd/chatd fills it from flags and environment.
+type Config struct {
+	// Addr is the HTTP listen address.
+	Addr string
+	// NodeID names the node in logs and in partition leases; default a random id.
+	NodeID string
+	// MongoURI and Database locate the store.
+	MongoURI string
+	Database string
+	// NATSURL is a comma-separated list of NATS servers.
+	NATSURL string
+	// JWTSecret verifies tokens; when DevMode is set the node also issues them.
+	JWTSecret []byte
+	DevMode   bool
+	// ReadWindow is how long read-cursor moves are coalesced before they are written.
+	ReadWindow time.Duration
+	// AllowedOrigins are extra page origins allowed to open WebSockets.
+	AllowedOrigins []string
+	Sequencer      sequencer.Config
+	Hub            hub.Config
+	Session        session.Config
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.MongoURI == "":
+		return errors.New("node: a MongoDB URI is required")
+	case c.NATSURL == "":
+		return errors.New("node: a NATS URL is required")
+	case len(c.JWTSecret) < 32:
+		return errors.New("node: the JWT secret must be at least 32 bytes")
+	}
+	if err := c.Sequencer.Validate(); err != nil {
+		return err
+	}
+	if err := c.Hub.Validate(); err != nil {
+		return err
+	}
+	return c.Session.Validate()
+}
+
+// Node is a running chat node.
+type Node struct {
+	cfg      Config
+	log      zerolog.Logger
+	nc       *nats.Conn
+	store    *storage.Store
+	seq      *sequencer.Sequencer
+	reads    *readstate.Coalescer
+	hub      *hub.Hub
+	srv      *server.Server
+	http     *http.Server
+	listener net.Listener
+	served   chan error
+}
+
+// Start connects everything and begins serving. On error everything started so far is stopped.
+func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err error) {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.Database == "" {
+		cfg.Database = DefaultDatabase
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: log, served: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			n.stopParts()
+		}
+	}()
+
+	n.nc, err = nats.Connect(cfg.NATSURL,
+		nats.Name("chatd "+cfg.NodeID),
+		nats.MaxReconnects(-1),
+		nats.ReconnectBufSize(natsReconnectBuffer),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn().Err(err).Msg("nats disconnected") }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info().Str("server", c.ConnectedUrl()).Msg("nats reconnected") }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Error().Err(err).Str("subject", subject).Msg("nats error")
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats at %s: %w", cfg.NATSURL, err)
+	}
+	n.store, err = storage.Open(ctx, storage.Config{URI: cfg.MongoURI, Database: cfg.Database})
+	if err != nil {
+		return nil, err
+	}
+	n.seq, err = sequencer.New(cfg.Sequencer, n.nc, n.store, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.seq.OwnAll(); err != nil {
+		return nil, err
+	}
+	n.reads = readstate.New(n.store, cfg.ReadWindow, log)
+	hubCfg := cfg.Hub
+	hubCfg.SubjectPrefix = cfg.Sequencer.SubjectPrefix
+	n.hub, err = hub.New(hubCfg, n.nc, n.seq, n.store, n.reads, log)
+	if err != nil {
+		return nil, err
+	}
+	authenticator, err := auth.New(cfg.JWTSecret, cfg.DevMode)
+	if err != nil {
+		return nil, err
+	}
+	n.srv, err = server.New(server.Config{
+		AllowedOrigins: cfg.AllowedOrigins,
+		Session:        cfg.Session,
+		Ready:          n.ready,
+	}, authenticator, n.hub, n.store, log)
+	if err != nil {
+		return nil, err
+	}
+	n.listener, err = net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	n.http = &http.Server{Handler: n.srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { n.served <- n.http.Serve(n.listener) }()
+	log.Info().Str("addr", n.listener.Addr().String()).Int("partitions", n.seq.Partitions()).Msg("chat node serving")
+	return n, nil
+}
+
+// Addr is the address the node listens on.
+func (n *Node) Addr() string { return n.listener.Addr().String() }
+
+func (n *Node) ready(ctx context.Context) error {
+	if !n.nc.IsConnected() {
+		return errors.New("nats not connected")
+	}
+	return n.store.Ping(ctx)
+}
+
+// Shutdown stops the node gracefully: no new connections, sessions closed with going-away,
+// partitions released after their queued sends are answered, read cursors flushed.
+func (n *Node) Shutdown(ctx context.Context) error {
+	var errs []error
+	stageCtx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+	defer cancel()
+	if err := n.srv.CloseSessions(stageCtx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := n.http.Shutdown(stageCtx); err != nil {
+		errs = append(errs, fmt.Errorf("stop http: %w", err))
+	}
+	if err := <-n.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, fmt.Errorf("serve http: %w", err))
+	}
+	n.stopParts()
+	return errors.Join(errs...)
+}
+
+// stopParts stops what Start started, in reverse order; parts not started are nil.
+func (n *Node) stopParts() {
+	if n.seq != nil {
+		n.seq.Close()
+	}
+	if n.reads != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		if err := n.reads.Close(ctx); err != nil {
+			n.log.Error().Err(err).Msg("flush read cursors at shutdown")
+		}
+		cancel()
+	}
+	if n.nc != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		if err := n.nc.FlushWithContext(ctx); err != nil {
+			n.log.Warn().Err(err).Msg("flush nats")
+		}
+		cancel()
+		n.nc.Close()
+	}
+	if n.store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := n.store.Close(ctx); err != nil {
+			n.log.Warn().Err(err).Msg("close store")
+		}
+	}
+}

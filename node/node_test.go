@@ -1,0 +1,193 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/testenv"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestDMDeliversInSeqOrder(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	alice := testenv.Connect(t, n.URL(), "alice")
+	bob := testenv.Connect(t, n.URL(), "bob")
+	ctx := ctxT(t, 30*time.Second)
+
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	again, err := bob.OpenDM(ctx, "alice")
+	if err != nil || again.ID != dm.ID {
+		t.Fatalf("bob's DM with alice = %q, %v; want the same conversation %q", again.ID, err, dm.ID)
+	}
+	for i := 1; i <= 3; i++ {
+		ack, err := alice.Send(ctx, dm.ID, fmt.Sprintf("hello %d", i))
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		if ack.Seq != int64(i) {
+			t.Fatalf("ack %d has seq %d", i, ack.Seq)
+		}
+	}
+	got := testenv.Messages(t, bob, dm.ID, 3, 10*time.Second)
+	for i, m := range got {
+		if m.Seq != int64(i+1) || m.Body != fmt.Sprintf("hello %d", i+1) || m.SenderID != "alice" {
+			t.Fatalf("message %d = seq %d %q from %s", i, m.Seq, m.Body, m.SenderID)
+		}
+	}
+}
+
+func TestRetriedSendIsStoredOnce(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	alice := testenv.Connect(t, n.URL(), "alice")
+	testenv.Connect(t, n.URL(), "bob")
+	ctx := ctxT(t, 30*time.Second)
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	id := uuid.NewString()
+	first, err := alice.SendWithID(ctx, dm.ID, id, "once")
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	retry, err := alice.SendWithID(ctx, dm.ID, id, "once")
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if retry.Seq != first.Seq {
+		t.Fatalf("retry acked seq %d, first %d", retry.Seq, first.Seq)
+	}
+	next, err := alice.Send(ctx, dm.ID, "next")
+	if err != nil || next.Seq != first.Seq+1 {
+		t.Fatalf("next send seq = %d, %v; want %d", next.Seq, err, first.Seq+1)
+	}
+	page, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeHistory, ConversationID: dm.ID})
+	if err != nil {
+		t.Fatalf("history: %v", err)
+	}
+	if len(page.Messages) != 2 {
+		t.Fatalf("history has %d messages, want 2 (the retry stored once)", len(page.Messages))
+	}
+}
+
+// TestConcurrentSendersGetGaplessSeqs is the core promise: 50 senders x 100 messages into one
+// group give exactly seqs 1..5000, in the store and as delivered, in order, to every member.
+func TestConcurrentSendersGetGaplessSeqs(t *testing.T) {
+	const senders, perSender = 50, 100
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	ctx := ctxT(t, 3*time.Minute)
+
+	conns := make([]*client.Conn, senders)
+	names := make([]string, senders)
+	for i := range conns {
+		names[i] = fmt.Sprintf("user%02d", i)
+		conns[i] = testenv.Connect(t, n.URL(), names[i])
+	}
+	group, err := conns[0].CreateGroup(ctx, "load", names[1:])
+	if err != nil {
+		t.Fatalf("create group: %v", err)
+	}
+	// Every member learns of the group before anyone sends.
+	for _, c := range conns[1:] {
+		testenv.Push(t, c, 10*time.Second, func(f protocol.ServerFrame) bool {
+			return f.Type == protocol.TypeConversation && f.Conversation.ID == group.ID
+		})
+	}
+
+	var wg sync.WaitGroup
+	acked := make(chan int64, senders*perSender)
+	errs := make(chan error, senders)
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range perSender {
+				ack, err := c.Send(ctx, group.ID, fmt.Sprintf("%d/%d", i, j))
+				if err != nil {
+					errs <- fmt.Errorf("sender %d message %d: %w", i, j, err)
+					return
+				}
+				acked <- ack.Seq
+			}
+		}()
+	}
+	delivered := make([][]protocol.ServerFrame, senders)
+	var readers sync.WaitGroup
+	for i, c := range conns {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			delivered[i] = testenv.Messages(t, c, group.ID, senders*perSender, 2*time.Minute)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	close(acked)
+	assertGapless(t, "acked", collect(acked), senders*perSender)
+	readers.Wait()
+	for i, msgs := range delivered {
+		for k, m := range msgs {
+			if m.Seq != int64(k+1) {
+				t.Fatalf("member %d got seq %d at position %d", i, m.Seq, k)
+			}
+		}
+	}
+	var stored []int64
+	for after := int64(0); ; {
+		page, err := conns[0].Request(ctx, protocol.ClientFrame{Type: protocol.TypeHistory, ConversationID: group.ID, After: &after, Limit: protocol.MaxPageSize})
+		if err != nil {
+			t.Fatalf("history after %d: %v", after, err)
+		}
+		for _, m := range page.Messages {
+			stored = append(stored, m.Seq)
+		}
+		if !page.HasAfter {
+			break
+		}
+		after = page.Messages[len(page.Messages)-1].Seq
+	}
+	assertGapless(t, "stored", stored, senders*perSender)
+}
+
+func collect(ch <-chan int64) []int64 {
+	var out []int64
+	for v := range ch {
+		out = append(out, v)
+	}
+	return out
+}
+
+func assertGapless(t *testing.T, what string, seqs []int64, n int) {
+	t.Helper()
+	if len(seqs) != n {
+		t.Fatalf("%s: %d seqs, want %d", what, len(seqs), n)
+	}
+	seen := make(map[int64]bool, n)
+	for _, s := range seqs {
+		if s < 1 || s > int64(n) || seen[s] {
+			t.Fatalf("%s: seq %d out of range or duplicated", what, s)
+		}
+		seen[s] = true
+	}
+}

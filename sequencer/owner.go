@@ -1,0 +1,388 @@
+package sequencer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/storage"
+)
+
+// maxCachedConversations bounds the conversation states one partition keeps; an evicted one is
+// recovered from the store on its next send.
+const maxCachedConversations = 10000
+
+// partition is one owned partition: a NATS subscription feeding a queue, and one goroutine that
+// drains the queue in batches. Only that goroutine touches convs and recent, so they need no lock.
+type partition struct {
+	seq        *Sequencer
+	id         int
+	stillOwner func() bool
+	sub        *nats.Subscription
+	queue      chan pending
+	quit       chan struct{}
+	done       chan struct{}
+	convs      map[string]*conversationState
+	recent     *recentIDs
+}
+
+// pending is a send waiting for its group commit.
+type pending struct {
+	req     SendRequest
+	replyTo string
+}
+
+// conversationState is what the owner knows of one conversation.
+type conversationState struct {
+	members map[string]bool
+	lastSeq int64
+}
+
+// entry is one send of a batch on its way to the store, and what became of it.
+type entry struct {
+	pending
+	msg      storage.Message
+	result   *protocol.Message
+	code     string
+	assigned bool // the send was given a new seq in this batch
+}
+
+func newPartition(s *Sequencer, id int, stillOwner func() bool) *partition {
+	return &partition{
+		seq:        s,
+		id:         id,
+		stillOwner: stillOwner,
+		queue:      make(chan pending, s.cfg.QueueSize),
+		quit:       make(chan struct{}),
+		done:       make(chan struct{}),
+		convs:      make(map[string]*conversationState),
+		recent:     newRecentIDs(s.cfg.RecentIDs),
+	}
+}
+
+func (p *partition) start() error {
+	// A queue group keeps a send from being processed twice while two nodes briefly both think
+	// they own the partition during a handover; the unique index catches what slips through.
+	sub, err := p.seq.nc.QueueSubscribe(p.seq.PartitionSubject(p.id), "owners", p.receive)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", p.seq.PartitionSubject(p.id), err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return fmt.Errorf("set pending limits: %w", err)
+	}
+	p.sub = sub
+	go p.run()
+	return nil
+}
+
+// stop unsubscribes, persists and answers what was already queued, and waits for the loop.
+func (p *partition) stop() {
+	if err := p.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		p.seq.log.Warn().Err(err).Int("partition", p.id).Msg("unsubscribe partition")
+	}
+	close(p.quit)
+	<-p.done
+}
+
+func (p *partition) receive(m *nats.Msg) {
+	var req SendRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		p.seq.log.Error().Err(err).Int("partition", p.id).Msg("undecodable send request")
+		p.respond(m.Reply, reply{Code: codeUnavailable})
+		return
+	}
+	select {
+	case p.queue <- pending{req: req, replyTo: m.Reply}:
+	default:
+		p.respond(m.Reply, reply{Code: codeUnavailable})
+	}
+}
+
+func (p *partition) run() {
+	defer close(p.done)
+	for {
+		select {
+		case first := <-p.queue:
+			p.flush(p.collect(first))
+		case <-p.quit:
+			for {
+				select {
+				case first := <-p.queue:
+					p.flush(p.collect(first))
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// collect takes first and whatever else is already waiting, up to MaxBatch. It never waits for more:
+// sends that arrive during a flush form the next batch, so batching adds no latency.
+func (p *partition) collect(first pending) []pending {
+	batch := []pending{first}
+	for len(batch) < p.seq.cfg.MaxBatch {
+		select {
+		case next := <-p.queue:
+			batch = append(batch, next)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// flush is one group commit: assign seqs, one ordered insertMany, one bulk lastSeq update, then
+// publish and ack. Nothing is acked before the store has returned.
+func (p *partition) flush(batch []pending) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.seq.cfg.FlushTimeout)
+	defer cancel()
+
+	entries := make([]*entry, len(batch))
+	firstOfID := make(map[string]*entry, len(batch))
+	var fresh []*entry
+	for i, pd := range batch {
+		e := &entry{pending: pd}
+		entries[i] = e
+		key := recentKey(pd.req.ConversationID, pd.req.ClientMsgID)
+		if first, ok := firstOfID[key]; ok {
+			// The same send twice in one batch: answer both from the first.
+			entries[i] = first
+			continue
+		}
+		firstOfID[key] = e
+		p.assign(ctx, e, key)
+		if e.assigned {
+			fresh = append(fresh, e)
+		}
+	}
+	p.insert(ctx, fresh)
+	p.advanceLastSeq(ctx, entries)
+	if p.stillOwner != nil && !p.stillOwner() {
+		// Another node holds the partition now; what was stored will be found by the new owner
+		// through the unique index when the client retries.
+		p.seq.log.Warn().Int("partition", p.id).Msg("lost partition before ack")
+		p.convs = make(map[string]*conversationState)
+		for _, e := range entries {
+			e.result, e.code = nil, codeUnavailable
+		}
+	}
+	p.publish(fresh)
+	for _, e := range entries {
+		if e.result != nil {
+			p.recent.add(recentKey(e.req.ConversationID, e.req.ClientMsgID), *e.result)
+		}
+	}
+	for i, e := range entries {
+		p.respond(batch[i].replyTo, reply{Message: e.result, Code: e.code})
+	}
+}
+
+// assign checks membership and retries, then gives e the next seq of its conversation.
+func (p *partition) assign(ctx context.Context, e *entry, key string) {
+	c, err := p.conversation(ctx, e.req.ConversationID)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		e.code = codeNotMember
+		return
+	case err != nil:
+		p.seq.log.Error().Err(err).Str("conversation", e.req.ConversationID).Msg("load conversation")
+		e.code = codeUnavailable
+		return
+	case !c.members[e.req.SenderID]:
+		e.code = codeNotMember
+		return
+	}
+	if m, ok := p.recent.get(key); ok {
+		e.result = &m
+		return
+	}
+	c.lastSeq++
+	e.assigned = true
+	e.msg = storage.Message{
+		ConversationID: e.req.ConversationID,
+		Seq:            c.lastSeq,
+		SenderID:       e.req.SenderID,
+		Kind:           e.req.Kind,
+		Body:           e.req.Body,
+		CreatedAt:      time.Now().UTC().Truncate(time.Millisecond),
+		ClientMsgID:    e.req.ClientMsgID,
+		ReplyTo:        e.req.ReplyTo,
+	}
+}
+
+// insert stores the fresh entries with ordered insertMany calls. A duplicate clientMsgId is a
+// retry stored before this owner's memory: it is answered with the stored message and the later
+// seqs of its conversation close up. A duplicate seq means another writer got there first: that
+// conversation's sends fail as retryable and its state is reloaded on the next send.
+func (p *partition) insert(ctx context.Context, fresh []*entry) {
+	rest := fresh
+	for len(rest) > 0 {
+		err := p.seq.store.InsertMessages(ctx, messagesOf(rest))
+		if err == nil {
+			markStored(rest)
+			return
+		}
+		var dup *storage.DuplicateError
+		if !errors.As(err, &dup) || dup.Index >= len(rest) {
+			p.seq.log.Error().Err(err).Int("partition", p.id).Int("messages", len(rest)).Msg("persist batch")
+			p.fail(rest)
+			return
+		}
+		markStored(rest[:dup.Index])
+		bad, after := rest[dup.Index], rest[dup.Index+1:]
+		conv := bad.msg.ConversationID
+		stored, err := p.seq.store.MessageByClientID(ctx, conv, bad.msg.ClientMsgID)
+		switch {
+		case err == nil:
+			m := WireMessage(stored)
+			bad.result, bad.assigned = &m, false
+			for _, e := range after {
+				if e.msg.ConversationID == conv {
+					e.msg.Seq--
+				}
+			}
+			p.convs[conv].lastSeq--
+		case errors.Is(err, storage.ErrNotFound):
+			p.seq.log.Warn().Str("conversation", conv).Int64("seq", bad.msg.Seq).Msg("seq already taken, reloading conversation")
+			var keep []*entry
+			for _, e := range append([]*entry{bad}, after...) {
+				if e.msg.ConversationID == conv {
+					p.fail([]*entry{e})
+				} else {
+					keep = append(keep, e)
+				}
+			}
+			after = keep
+		default:
+			p.seq.log.Error().Err(err).Str("conversation", conv).Msg("look up duplicate send")
+			p.fail(append([]*entry{bad}, after...))
+			return
+		}
+		rest = after
+	}
+}
+
+// fail answers entries as retryable and forgets their conversations, whose seqs may now be
+// anywhere between the remembered and the assigned value.
+func (p *partition) fail(entries []*entry) {
+	for _, e := range entries {
+		e.result, e.code, e.assigned = nil, codeUnavailable, false
+		delete(p.convs, e.req.ConversationID)
+	}
+}
+
+// advanceLastSeq raises conversations.lastSeq for every conversation the batch touched. If that
+// fails the stored messages are not acked; they stay remembered, so the retry acks the same seq.
+func (p *partition) advanceLastSeq(ctx context.Context, entries []*entry) {
+	lastSeqs := make(map[string]int64)
+	for _, e := range entries {
+		if c, ok := p.convs[e.req.ConversationID]; ok && e.result != nil {
+			lastSeqs[e.req.ConversationID] = c.lastSeq
+		}
+	}
+	if err := p.seq.store.AdvanceLastSeq(ctx, lastSeqs); err != nil {
+		p.seq.log.Error().Err(err).Int("partition", p.id).Msg("advance lastSeq")
+		for _, e := range entries {
+			if e.result != nil {
+				p.recent.add(recentKey(e.req.ConversationID, e.req.ClientMsgID), *e.result)
+				e.result, e.code = nil, codeUnavailable
+			}
+		}
+	}
+}
+
+// publish sends the stored messages, in seq order, to their conversations' fan-out subjects.
+func (p *partition) publish(fresh []*entry) {
+	for _, e := range fresh {
+		if !e.assigned {
+			continue
+		}
+		data, err := json.Marshal(WireMessage(e.msg))
+		if err != nil {
+			p.seq.log.Error().Err(err).Msg("encode message event")
+			continue
+		}
+		if err := p.seq.nc.Publish(p.seq.MessageSubject(e.msg.ConversationID), data); err != nil {
+			// Members' clients fill the gap from history when the next message arrives.
+			p.seq.log.Error().Err(err).Str("conversation", e.msg.ConversationID).Msg("publish message")
+		}
+	}
+}
+
+func (p *partition) respond(subject string, r reply) {
+	if subject == "" {
+		return
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		p.seq.log.Error().Err(err).Msg("encode reply")
+		return
+	}
+	if err := p.seq.nc.Publish(subject, data); err != nil {
+		p.seq.log.Warn().Err(err).Msg("send reply")
+	}
+}
+
+// conversation returns the owner's state of a conversation, recovering it from the store on first
+// use: lastSeq is the larger of the counter and the highest stored seq, since the messages
+// collection is the truth.
+func (p *partition) conversation(ctx context.Context, id string) (*conversationState, error) {
+	if c, ok := p.convs[id]; ok {
+		return c, nil
+	}
+	conv, err := p.seq.store.Conversation(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	high, err := p.seq.store.HighestSeq(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	c := &conversationState{members: make(map[string]bool, len(conv.Members)), lastSeq: max(conv.LastSeq, high)}
+	for _, m := range conv.Members {
+		c.members[m] = true
+	}
+	if len(p.convs) >= maxCachedConversations {
+		for evict := range p.convs {
+			delete(p.convs, evict)
+			break
+		}
+	}
+	p.convs[id] = c
+	return c, nil
+}
+
+func messagesOf(entries []*entry) []storage.Message {
+	out := make([]storage.Message, len(entries))
+	for i, e := range entries {
+		out[i] = e.msg
+	}
+	return out
+}
+
+func markStored(entries []*entry) {
+	for _, e := range entries {
+		m := WireMessage(e.msg)
+		e.result = &m
+	}
+}
+
+// WireMessage is a stored message as clients see it.
+func WireMessage(m storage.Message) protocol.Message {
+	return protocol.Message{
+		ConversationID: m.ConversationID,
+		Seq:            m.Seq,
+		SenderID:       m.SenderID,
+		Kind:           m.Kind,
+		Body:           m.Body,
+		CreatedAt:      m.CreatedAt,
+		ClientMsgID:    m.ClientMsgID,
+		ReplyTo:        m.ReplyTo,
+	}
+}

@@ -1,0 +1,223 @@
+// Package sequencer is the single writer of every conversation. Conversations are hashed onto
+// partitions; each partition has one NATS subject and exactly one owning node at a time. The owner
+// assigns a gapless seq (lastSeq+1), persists a whole batch of waiting sends with one insertMany,
+// and only then acks the senders and publishes the messages for fan-out. Senders on any node reach
+// the owner by request/reply on the partition's subject.
+package sequencer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/storage"
+)
+
+// Errors a send can end with; callers map them to stable wire codes.
+var (
+	// ErrNotMember means the conversation does not exist or the sender is not in it.
+	ErrNotMember = errors.New("not a member of the conversation")
+	// ErrUnavailable means the send was not acknowledged: the owner is moving, the store is down
+	// or the owner is overloaded. Retrying with the same clientMsgId is safe.
+	ErrUnavailable = errors.New("sequencer unavailable, retry")
+)
+
+// Store is what the sequencer needs from the database.
+type Store interface {
+	Conversation(ctx context.Context, id string) (storage.Conversation, error)
+	HighestSeq(ctx context.Context, conversationID string) (int64, error)
+	InsertMessages(ctx context.Context, msgs []storage.Message) error
+	MessageByClientID(ctx context.Context, conversationID, clientMsgID string) (storage.Message, error)
+	AdvanceLastSeq(ctx context.Context, lastSeqs map[string]int64) error
+}
+
+// SendRequest is one message to sequence. SenderID comes from the authenticated session, never
+// from the client's frame.
+type SendRequest struct {
+	ConversationID string `json:"conversationId"`
+	SenderID       string `json:"senderId"`
+	ClientMsgID    string `json:"clientMsgId"`
+	Kind           string `json:"kind"`
+	Body           string `json:"body"`
+	ReplyTo        int64  `json:"replyTo,omitempty"`
+}
+
+// reply is what an owner answers a SendRequest with.
+type reply struct {
+	Message *protocol.Message `json:"message,omitempty"`
+	Code    string            `json:"code,omitempty"`
+}
+
+// Reply codes.
+const (
+	codeNotMember   = "not_member"
+	codeUnavailable = "unavailable"
+)
+
+// Sequencer sends messages to partition owners and, for the partitions this node owns, is the owner.
+type Sequencer struct {
+	cfg   Config
+	nc    *nats.Conn
+	store Store
+	log   zerolog.Logger
+
+	mu    sync.Mutex
+	owned map[int]*partition
+}
+
+// New returns a sequencer that owns no partition yet.
+func New(cfg Config, nc *nats.Conn, store Store, log zerolog.Logger) (*Sequencer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Sequencer{
+		cfg:   cfg.withDefaults(),
+		nc:    nc,
+		store: store,
+		log:   log.With().Str("component", "sequencer").Logger(),
+		owned: make(map[int]*partition),
+	}, nil
+}
+
+// Partitions returns the number of partitions.
+func (s *Sequencer) Partitions() int { return s.cfg.Partitions }
+
+// PartitionOf returns the partition a conversation is hashed onto.
+func (s *Sequencer) PartitionOf(conversationID string) int {
+	return PartitionOf(conversationID, s.cfg.Partitions)
+}
+
+// PartitionOf hashes a conversation onto one of n partitions.
+func PartitionOf(conversationID string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(conversationID)) // writing to a hash never fails
+	return int(h.Sum32() % uint32(n))
+}
+
+// PartitionSubject is the subject the owner of partition p listens on.
+func (s *Sequencer) PartitionSubject(p int) string {
+	return fmt.Sprintf("%s.seq.%d", s.cfg.SubjectPrefix, p)
+}
+
+// MessageSubject is the subject a conversation's persisted messages are published on.
+func (s *Sequencer) MessageSubject(conversationID string) string {
+	return MessageSubject(s.cfg.SubjectPrefix, conversationID)
+}
+
+// MessageSubject is the fan-out subject of a conversation under prefix. Hubs subscribe to
+// <prefix>.conv.<id>.* to get its messages and its other events with one subscription.
+func MessageSubject(prefix, conversationID string) string {
+	return prefix + ".conv." + conversationID + ".msg"
+}
+
+// Send sequences and persists one message through the owner of its partition and returns it with
+// its seq. It retries while no owner answers, until ctx ends; the clientMsgId makes retries safe.
+func (s *Sequencer) Send(ctx context.Context, req SendRequest) (protocol.Message, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return protocol.Message{}, fmt.Errorf("encode send request: %w", err)
+	}
+	subject := s.PartitionSubject(s.PartitionOf(req.ConversationID))
+	backoff := 10 * time.Millisecond
+	for {
+		m, err := s.attempt(ctx, subject, data)
+		if !errors.Is(err, ErrUnavailable) {
+			return m, err
+		}
+		select {
+		case <-ctx.Done():
+			return protocol.Message{}, fmt.Errorf("send to %s: %w (%v)", subject, ErrUnavailable, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}
+
+func (s *Sequencer) attempt(ctx context.Context, subject string, data []byte) (protocol.Message, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
+	defer cancel()
+	msg, err := s.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		// No responders (no owner right now), a timeout or a lost connection: all retryable.
+		return protocol.Message{}, fmt.Errorf("request %s: %w (%v)", subject, ErrUnavailable, err)
+	}
+	var r reply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return protocol.Message{}, fmt.Errorf("decode reply from %s: %w", subject, err)
+	}
+	switch {
+	case r.Code == codeNotMember:
+		return protocol.Message{}, ErrNotMember
+	case r.Code == codeUnavailable:
+		return protocol.Message{}, fmt.Errorf("owner of %s: %w", subject, ErrUnavailable)
+	case r.Message == nil:
+		return protocol.Message{}, fmt.Errorf("reply from %s has no message", subject)
+	}
+	return *r.Message, nil
+}
+
+// Own makes this node the owner of partition p: it recovers state lazily per conversation from the
+// store and starts answering the partition's subject. Owning an owned partition is a no-op.
+// fenced, if not nil, is asked before every ack whether this node still holds the partition.
+func (s *Sequencer) Own(p int, fenced func() bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.owned[p]; ok {
+		return nil
+	}
+	part := newPartition(s, p, fenced)
+	if err := part.start(); err != nil {
+		return fmt.Errorf("own partition %d: %w", p, err)
+	}
+	s.owned[p] = part
+	s.log.Debug().Int("partition", p).Msg("owning partition")
+	return nil
+}
+
+// OwnAll makes this node the owner of every partition, as a single node is.
+func (s *Sequencer) OwnAll() error {
+	for p := range s.cfg.Partitions {
+		if err := s.Own(p, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release stops owning partition p after the sends already taken are persisted and answered.
+func (s *Sequencer) Release(p int) {
+	s.mu.Lock()
+	part, ok := s.owned[p]
+	delete(s.owned, p)
+	s.mu.Unlock()
+	if ok {
+		part.stop()
+		s.log.Debug().Int("partition", p).Msg("released partition")
+	}
+}
+
+// Owned returns the partitions this node owns.
+func (s *Sequencer) Owned() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int, 0, len(s.owned))
+	for p := range s.owned {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Close releases every owned partition.
+func (s *Sequencer) Close() {
+	for _, p := range s.Owned() {
+		s.Release(p)
+	}
+}

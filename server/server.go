@@ -1,0 +1,237 @@
+// Package server is a node's HTTP surface: the WebSocket endpoint, the small JSON API (dev-mode
+// sign-in, badge), health and readiness checks, and the bundled demo page. It authenticates every
+// request before anything else happens, so a bad token never gets a socket.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/auth"
+	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/session"
+	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/web"
+)
+
+// maxLoginBody bounds the JSON of a sign-in request.
+const maxLoginBody = 4 << 10
+
+// Users is what sign-in needs from the store.
+type Users interface {
+	EnsureUser(ctx context.Context, u storage.User) (storage.User, error)
+}
+
+// Config tunes the HTTP surface.
+type Config struct {
+	// AllowedOrigins are host patterns (path.Match) of pages allowed to open WebSockets from
+	// another origin; the server's own host is always allowed.
+	AllowedOrigins []string
+	// Session tunes every WebSocket session.
+	Session session.Config
+	// Ready, if set, is asked by /readyz whether the node's dependencies answer.
+	Ready func(ctx context.Context) error
+}
+
+// Server serves one node's HTTP and WebSocket traffic.
+type Server struct {
+	cfg   Config
+	auth  *auth.Authenticator
+	hub   *hub.Hub
+	users Users
+	log   zerolog.Logger
+
+	sessions     sync.WaitGroup
+	sessionCtx   context.Context
+	stopSessions context.CancelFunc
+	draining     atomic.Bool
+}
+
+// New returns a server.
+func New(cfg Config, a *auth.Authenticator, h *hub.Hub, users Users, log zerolog.Logger) (*Server, error) {
+	if err := cfg.Session.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, auth: a, hub: h, users: users, log: log.With().Str("component", "server").Logger(),
+		sessionCtx: ctx, stopSessions: cancel}, nil
+}
+
+// Handler routes the node's endpoints.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ws", s.serveWebSocket)
+	mux.HandleFunc("POST /api/login", s.login)
+	mux.HandleFunc("GET /api/badge", s.badge)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /", http.FileServerFS(web.Files()))
+	return mux
+}
+
+// CloseSessions tells every session to close with a going-away code (so clients reconnect to
+// another node) and waits until they have, or until ctx ends.
+func (s *Server) CloseSessions(ctx context.Context) error {
+	s.draining.Store(true)
+	s.stopSessions()
+	done := make(chan struct{})
+	go func() {
+		s.sessions.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close sessions: %w", ctx.Err())
+	}
+}
+
+// authenticate returns the user of the request's bearer token (Authorization header, or the
+// token query parameter, which is all a browser WebSocket can send).
+func (s *Server) authenticate(r *http.Request) (string, error) {
+	token := r.URL.Query().Get("token")
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		token = strings.TrimPrefix(h, "Bearer ")
+	}
+	if token == "" {
+		return "", fmt.Errorf("%w: no token", auth.ErrUnauthenticated)
+	}
+	return s.auth.Verify(token)
+}
+
+func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeError(w, http.StatusServiceUnavailable, "node is shutting down")
+		return
+	}
+	userID, err := s.authenticate(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "invalid or missing token")
+		return
+	}
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins})
+	if err != nil {
+		// Accept has already answered the request (403 for a foreign Origin, 400 for a bad upgrade).
+		s.log.Debug().Err(err).Str("origin", r.Header.Get("Origin")).Msg("refused websocket")
+		return
+	}
+	s.sessions.Add(1)
+	defer s.sessions.Done()
+	sess := session.New(conn, userID, s.cfg.Session, s.log)
+	if err := sess.Serve(s.sessionCtx, s.hub); err != nil {
+		s.log.Warn().Err(err).Str("user", userID).Msg("session ended")
+	}
+}
+
+type loginRequest struct {
+	Name string `json:"name"`
+}
+
+type loginResponse struct {
+	Token  string `json:"token"`
+	UserID string `json:"userId"`
+	Name   string `json:"name"`
+}
+
+// login is dev mode's sign-in: a display name becomes a user and gets a token.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	if !s.auth.DevMode() {
+		writeError(w, http.StatusNotFound, "sign-in is done by the identity provider")
+		return
+	}
+	var req loginRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxLoginBody)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "body must be JSON: {\"name\": \"...\"}")
+		return
+	}
+	id, err := auth.UserIDFromName(req.Name)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	user, err := s.users.EnsureUser(ctx, storage.User{ID: id, Name: strings.TrimSpace(req.Name), CreatedAt: time.Now().UTC()})
+	if err != nil {
+		s.log.Error().Err(err).Msg("sign in")
+		writeError(w, http.StatusServiceUnavailable, "could not sign in; try again")
+		return
+	}
+	token, err := s.auth.Issue(user.ID)
+	if err != nil {
+		s.log.Error().Err(err).Msg("issue token")
+		writeError(w, http.StatusInternalServerError, "could not issue a token")
+		return
+	}
+	writeJSON(w, http.StatusOK, loginResponse{Token: token, UserID: user.ID, Name: user.Name})
+}
+
+type badgeResponse struct {
+	UserID string `json:"userId"`
+	Total  int64  `json:"total"`
+}
+
+// badge returns the caller's total unread, for push services acting for offline users.
+func (s *Server) badge(w http.ResponseWriter, r *http.Request) {
+	userID, err := s.authenticate(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "invalid or missing token")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	total, err := s.hub.Badge(ctx, userID)
+	if err != nil {
+		s.log.Error().Err(err).Msg("badge")
+		writeError(w, http.StatusServiceUnavailable, "could not compute the badge; try again")
+		return
+	}
+	writeJSON(w, http.StatusOK, badgeResponse{UserID: userID, Total: total})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeText(w, http.StatusServiceUnavailable, "draining")
+		return
+	}
+	if s.cfg.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.cfg.Ready(ctx); err != nil {
+			writeText(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+			return
+		}
+	}
+	writeText(w, http.StatusOK, "ready")
+}
+
+type errorResponse struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorResponse{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v) // a failed write means the client went away
+}
+
+func writeText(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, msg+"\n") // a failed write means the client went away
+}

@@ -1,0 +1,105 @@
+package testenv
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/node"
+)
+
+// TestSecret signs tokens in tests.
+var TestSecret = []byte("test-secret-test-secret-test-secret!")
+
+// Env is the NATS and store a test's nodes share.
+type Env struct {
+	NATSURL  string
+	MongoURI string
+	Database string
+}
+
+// NewEnv starts a NATS server and a store for the test.
+func NewEnv(t testing.TB) Env {
+	t.Helper()
+	cfg := StoreConfig(t)
+	return Env{NATSURL: NATS(t), MongoURI: cfg.URI, Database: cfg.Database}
+}
+
+// NodeConfig is a dev-mode node configuration on env, listening on a random loopback port, with
+// the send rate limit off so tests can send as fast as they like.
+func (e Env) NodeConfig() node.Config {
+	cfg := node.Config{
+		Addr:      "127.0.0.1:0",
+		NodeID:    "test",
+		MongoURI:  e.MongoURI,
+		Database:  e.Database,
+		NATSURL:   e.NATSURL,
+		JWTSecret: TestSecret,
+		DevMode:   true,
+	}
+	cfg.Session.SendRate = -1
+	return cfg
+}
+
+// Node is a node started for a test.
+type Node struct {
+	*node.Node
+	t       testing.TB
+	stopped bool
+}
+
+// StartNode starts a node with cfg; it is shut down when the test ends unless the test stopped it.
+func StartNode(t testing.TB, cfg node.Config) *Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Str("node", cfg.NodeID).Logger()
+	n, err := node.Start(ctx, cfg, log)
+	if err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	tn := &Node{Node: n, t: t}
+	t.Cleanup(func() {
+		if !tn.stopped {
+			tn.Stop()
+		}
+	})
+	return tn
+}
+
+// Stop shuts the node down gracefully.
+func (n *Node) Stop() {
+	n.stopped = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.Shutdown(ctx); err != nil {
+		n.t.Errorf("shut down node: %v", err)
+	}
+}
+
+// URL is the node's HTTP base URL.
+func (n *Node) URL() string { return "http://" + n.Addr() }
+
+// WSURL is the node's WebSocket endpoint.
+func (n *Node) WSURL() string { return "ws://" + n.Addr() + "/ws" }
+
+// Connect signs in as name and opens a WebSocket, closed when the test ends.
+func Connect(t testing.TB, baseURL, name string) *client.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	token, _, err := client.Login(ctx, http.DefaultClient, baseURL, name)
+	if err != nil {
+		t.Fatalf("login %s: %v", name, err)
+	}
+	c, err := client.Dial(ctx, "ws"+baseURL[len("http"):]+"/ws", token, nil)
+	if err != nil {
+		t.Fatalf("dial as %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = c.Close() }) // the test may have closed it already
+	return c
+}
