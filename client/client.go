@@ -122,7 +122,9 @@ type DialError struct {
 	Err    error
 }
 
-func (e *DialError) Error() string { return "dial refused with HTTP " + strconv.Itoa(e.Status) + ": " + e.Err.Error() }
+func (e *DialError) Error() string {
+	return "dial refused with HTTP " + strconv.Itoa(e.Status) + ": " + e.Err.Error()
+}
 func (e *DialError) Unwrap() error { return e.Err }
 
 func (c *Conn) readLoop() {

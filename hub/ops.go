@@ -286,8 +286,6 @@ func pageRange(f protocol.ClientFrame, last int64) (from, to int64) {
 	return max(from, 1), min(to, last)
 }
 
-
-
 // read moves the user's cursor forward (clamped to the conversation's last seq), tells the user's
 // other devices and, where receipts are live, the other members. The store write is coalesced.
 func (h *Hub) read(s *session.Session, f protocol.ClientFrame) error {
