@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -41,7 +42,8 @@ const (
 type Config struct {
 	// Addr is the HTTP listen address.
 	Addr string
-	// NodeID names the node in logs and in partition leases; default a random id.
+	// NodeID names the node in logs and in partition leases and must be unique in the cluster;
+	// default a random id.
 	NodeID string
 	// MongoURI and Database locate the store.
 	MongoURI string
@@ -56,6 +58,7 @@ type Config struct {
 	// AllowedOrigins are extra page origins allowed to open WebSockets.
 	AllowedOrigins []string
 	Sequencer      sequencer.Config
+	Leases         sequencer.LeaseConfig
 	Hub            hub.Config
 	Session        session.Config
 }
@@ -73,6 +76,9 @@ func (c Config) Validate() error {
 	if err := c.Sequencer.Validate(); err != nil {
 		return err
 	}
+	if err := c.Leases.Validate(); err != nil {
+		return err
+	}
 	if err := c.Hub.Validate(); err != nil {
 		return err
 	}
@@ -86,6 +92,7 @@ type Node struct {
 	nc       *nats.Conn
 	store    *storage.Store
 	seq      *sequencer.Sequencer
+	leases   *sequencer.Leases
 	reads    *readstate.Coalescer
 	hub      *hub.Hub
 	srv      *server.Server
@@ -102,6 +109,10 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if cfg.Database == "" {
 		cfg.Database = DefaultDatabase
 	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = uuid.NewString()
+	}
+	cfg.Leases.NodeID = cfg.NodeID
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -137,7 +148,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if err != nil {
 		return nil, err
 	}
-	if err := n.seq.OwnAll(); err != nil {
+	if n.leases, err = sequencer.StartLeases(ctx, cfg.Leases, n.seq, log); err != nil {
 		return nil, err
 	}
 	n.reads = readstate.New(n.store, cfg.ReadWindow, log)
@@ -155,6 +166,8 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		AllowedOrigins: cfg.AllowedOrigins,
 		Session:        cfg.Session,
 		Ready:          n.ready,
+		NodeID:         cfg.NodeID,
+		Owned:          n.seq.Owned,
 	}, authenticator, n.hub, n.store, log)
 	if err != nil {
 		return nil, err
@@ -200,6 +213,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 // stopParts stops what Start started, in reverse order; parts not started are nil.
 func (n *Node) stopParts() {
+	if n.leases != nil {
+		n.leases.Close()
+	}
 	if n.seq != nil {
 		n.seq.Close()
 	}

@@ -242,12 +242,17 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 		case err == nil:
 			m := WireMessage(stored)
 			bad.result, bad.assigned = &m, false
-			for _, e := range after {
-				if e.msg.ConversationID == conv {
-					e.msg.Seq--
+			if stored.Seq != bad.msg.Seq {
+				// Stored earlier under another seq: the slot this batch gave it is free again.
+				for _, e := range after {
+					if e.msg.ConversationID == conv {
+						e.msg.Seq--
+					}
+				}
+				if c, ok := p.convs[conv]; ok {
+					c.lastSeq--
 				}
 			}
-			p.convs[conv].lastSeq--
 		case errors.Is(err, storage.ErrNotFound):
 			p.seq.log.Warn().Str("conversation", conv).Int64("seq", bad.msg.Seq).Msg("seq already taken, reloading conversation")
 			var keep []*entry

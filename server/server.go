@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,9 @@ type Config struct {
 	Session session.Config
 	// Ready, if set, is asked by /readyz whether the node's dependencies answer.
 	Ready func(ctx context.Context) error
+	// NodeID and Owned describe the node on /debug/partitions.
+	NodeID string
+	Owned  func() []int
 }
 
 // Server serves one node's HTTP and WebSocket traffic.
@@ -75,6 +79,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/badge", s.badge)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /debug/partitions", s.partitions)
 	mux.Handle("GET /", http.FileServerFS(web.Files()))
 	return mux
 }
@@ -214,6 +219,21 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeText(w, http.StatusOK, "ready")
+}
+
+type partitionsResponse struct {
+	Node  string `json:"node"`
+	Owned []int  `json:"owned"`
+}
+
+// partitions says which sequencer partitions this node owns right now, for operators and tests.
+func (s *Server) partitions(w http.ResponseWriter, _ *http.Request) {
+	owned := []int{}
+	if s.cfg.Owned != nil {
+		owned = s.cfg.Owned()
+	}
+	slices.Sort(owned)
+	writeJSON(w, http.StatusOK, partitionsResponse{Node: s.cfg.NodeID, Owned: owned})
 }
 
 type errorResponse struct {

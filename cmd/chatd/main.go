@@ -24,6 +24,7 @@ import (
 	"github.com/chatd/chatd/node"
 	"github.com/chatd/chatd/readstate"
 	"github.com/chatd/chatd/sequencer"
+	"github.com/chatd/chatd/session"
 )
 
 func main() {
@@ -37,8 +38,10 @@ func main() {
 // options are the command line and environment settings; every flag has a CHAT_* twin.
 type options struct {
 	addr, dataDir, mongoURI, mongoDB, natsURL, jwtSecret, logLevel, nodeID, origins string
-	partitions                                                                      int
-	readWindow                                                                      time.Duration
+	devMode                                                                         bool
+	partitions, leaseReplicas                                                       int
+	sendRate                                                                        float64
+	readWindow, leaseTTL                                                            time.Duration
 }
 
 func parseOptions(args []string) (options, error) {
@@ -63,6 +66,26 @@ func parseOptions(args []string) (options, error) {
 		return o, err
 	}
 	fs.DurationVar(&o.readWindow, "read-window", window, "how long read-cursor moves are coalesced (CHAT_READ_WINDOW)")
+	leaseTTL, err := envDuration("CHAT_LEASE_TTL", sequencer.DefaultLeaseTTL)
+	if err != nil {
+		return o, err
+	}
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", leaseTTL, "partition lease lifetime; bounds failover (CHAT_LEASE_TTL)")
+	replicas, err := envInt("CHAT_LEASE_REPLICAS", sequencer.DefaultLeaseReplicas)
+	if err != nil {
+		return o, err
+	}
+	fs.IntVar(&o.leaseReplicas, "lease-replicas", replicas, "replicas of the lease KV buckets; 3 on a NATS cluster (CHAT_LEASE_REPLICAS)")
+	sendRate, err := envFloat("CHAT_SEND_RATE", session.DefaultSendRate)
+	if err != nil {
+		return o, err
+	}
+	fs.Float64Var(&o.sendRate, "send-rate", sendRate, "sends per second allowed per connection; negative disables the limit (CHAT_SEND_RATE)")
+	dev, err := envBool("CHAT_DEV_MODE", false)
+	if err != nil {
+		return o, err
+	}
+	fs.BoolVar(&o.devMode, "dev-mode", dev, "issue tokens for display names even with a secret set, e.g. for a local cluster (CHAT_DEV_MODE)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -97,7 +120,10 @@ func run(args []string, log zerolog.Logger) error {
 		NATSURL:    o.natsURL,
 		JWTSecret:  []byte(o.jwtSecret),
 		ReadWindow: o.readWindow,
+		DevMode:    o.devMode,
 		Sequencer:  sequencer.Config{Partitions: o.partitions},
+		Leases:     sequencer.LeaseConfig{TTL: o.leaseTTL, RenewInterval: o.leaseTTL / 5, Replicas: o.leaseReplicas},
+		Session:    session.Config{SendRate: o.sendRate},
 	}
 	if o.origins != "" {
 		cfg.AllowedOrigins = strings.Split(o.origins, ",")
@@ -107,7 +133,9 @@ func run(args []string, log zerolog.Logger) error {
 		if cfg.JWTSecret, err = devSecret(o.dataDir); err != nil {
 			return err
 		}
-		log.Warn().Msg("DEV MODE: no CHAT_JWT_SECRET set; anyone can sign in with any name. Never run this in production.")
+	}
+	if cfg.DevMode {
+		log.Warn().Msg("DEV MODE: anyone can sign in with any name (no CHAT_JWT_SECRET, or CHAT_DEV_MODE set). Never run this in production.")
 	}
 	if cfg.MongoURI == "" {
 		store, err := embedded.StartMongo(embedded.MongoConfig{Dir: filepath.Join(o.dataDir, "store")})
@@ -181,6 +209,30 @@ func envInt(key string, def int) (int, error) {
 		return 0, fmt.Errorf("%s=%q: %w", key, v, err)
 	}
 	return n, nil
+}
+
+func envFloat(key string, def float64) (float64, error) {
+	v, ok := os.LookupEnv(key)
+	if !ok {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", key, v, err)
+	}
+	return f, nil
+}
+
+func envBool(key string, def bool) (bool, error) {
+	v, ok := os.LookupEnv(key)
+	if !ok {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: %w", key, v, err)
+	}
+	return b, nil
 }
 
 func envDuration(key string, def time.Duration) (time.Duration, error) {

@@ -1,0 +1,299 @@
+package sequencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Lease defaults, each with its reason.
+const (
+	// DefaultLeaseTTL is how long a partition lease and a node heartbeat live without renewal, so
+	// it bounds failover: a dead node's partitions move within about one TTL plus one renewal.
+	DefaultLeaseTTL = 5 * time.Second
+	// DefaultRenewInterval renews leases often enough that two missed renewals still leave time.
+	DefaultRenewInterval = time.Second
+	// DefaultLeaseReplicas keeps one copy of the lease buckets, right for a single NATS server;
+	// a NATS cluster should use 3 so losing a server keeps the leases.
+	DefaultLeaseReplicas = 1
+	// leaseOpTimeout bounds one KV round trip.
+	leaseOpTimeout = 2 * time.Second
+)
+
+// LeaseConfig configures partition ownership across nodes.
+type LeaseConfig struct {
+	// NodeID names this node in the lease buckets; it must be unique in the cluster.
+	NodeID string
+	// TTL is the lease lifetime; RenewInterval how often leases and the heartbeat are renewed.
+	TTL           time.Duration
+	RenewInterval time.Duration
+	// Replicas is the replication of the JetStream KV buckets holding leases and heartbeats.
+	Replicas int
+}
+
+func (c LeaseConfig) withDefaults() LeaseConfig {
+	if c.TTL == 0 {
+		c.TTL = DefaultLeaseTTL
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = DefaultRenewInterval
+	}
+	if c.Replicas == 0 {
+		c.Replicas = DefaultLeaseReplicas
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c LeaseConfig) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.NodeID == "":
+		return errors.New("leases: node id is required")
+	case c.RenewInterval*2 >= c.TTL:
+		return errors.New("leases: renew interval must be less than half the TTL")
+	case c.Replicas < 1 || c.Replicas > 5:
+		return errors.New("leases: replicas must be between 1 and 5")
+	}
+	return nil
+}
+
+// Leases decides which partitions this node owns, with two JetStream KV buckets: one holds a
+// heartbeat per live node, the other one lease per partition whose value is the owner's id. Both
+// expire by TTL. Every node computes the same balanced assignment of partitions to live nodes; a
+// node takes a lease only with a create (which fails while another node holds it), renews it
+// with a compare-and-set on its revision, and releases a partition the assignment moved away by
+// persisting what it queued and then deleting the lease, so the next owner can take it at once.
+type Leases struct {
+	cfg   LeaseConfig
+	seq   *Sequencer
+	nodes jetstream.KeyValue
+	parts jetstream.KeyValue
+	log   zerolog.Logger
+
+	mu   sync.Mutex
+	held map[int]*lease
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// lease is a partition lease this node holds: its KV revision and when it was last renewed.
+type lease struct {
+	revision uint64
+	renewed  atomic.Int64 // unix nanoseconds
+}
+
+// valid reports whether this node may still ack for the partition: the lease was renewed
+// recently enough that it cannot have expired in the bucket, with a margin for clock skew.
+func (l *lease) valid(ttl time.Duration) bool {
+	return time.Since(time.Unix(0, l.renewed.Load())) < ttl-ttl/4
+}
+
+// StartLeases joins the cluster's partition ownership and keeps this node's share until Close.
+func StartLeases(ctx context.Context, cfg LeaseConfig, seq *Sequencer, log zerolog.Logger) (*Leases, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	js, err := jetstream.New(seq.nc)
+	if err != nil {
+		return nil, fmt.Errorf("leases: jetstream: %w", err)
+	}
+	bucket := func(name string) (jetstream.KeyValue, error) {
+		// A NATS cluster that just started may still be electing its JetStream leader: retry
+		// until ctx ends.
+		for {
+			attempt, cancel := context.WithTimeout(ctx, leaseOpTimeout)
+			kv, err := js.CreateOrUpdateKeyValue(attempt, jetstream.KeyValueConfig{
+				Bucket: name, TTL: cfg.TTL, History: 1, Storage: jetstream.MemoryStorage, Replicas: cfg.Replicas,
+			})
+			cancel()
+			if err == nil {
+				return kv, nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("leases: bucket %s: %w", name, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	prefix := seq.cfg.SubjectPrefix
+	l := &Leases{cfg: cfg, seq: seq, held: make(map[int]*lease), stop: make(chan struct{}), done: make(chan struct{}),
+		log: log.With().Str("component", "leases").Str("node", cfg.NodeID).Logger()}
+	if l.nodes, err = bucket(prefix + "-nodes"); err != nil {
+		return nil, err
+	}
+	if l.parts, err = bucket(prefix + "-partitions"); err != nil {
+		return nil, err
+	}
+	l.tick()
+	go l.run()
+	return l, nil
+}
+
+func (l *Leases) run() {
+	defer close(l.done)
+	t := time.NewTicker(l.cfg.RenewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			l.tick()
+		case <-l.stop:
+			return
+		}
+	}
+}
+
+// tick heartbeats, recomputes the assignment, renews or releases what is held and tries to take
+// what is assigned but free.
+func (l *Leases) tick() {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+	defer cancel()
+	if _, err := l.nodes.Put(ctx, l.cfg.NodeID, []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))); err != nil {
+		l.log.Warn().Err(err).Msg("heartbeat")
+		return
+	}
+	live, err := l.nodes.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		l.log.Warn().Err(err).Msg("list live nodes")
+		return
+	}
+	mine := Assign(l.seq.cfg.Partitions, live)[l.cfg.NodeID]
+	want := make(map[int]bool, len(mine))
+	for _, p := range mine {
+		want[p] = true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for p, held := range l.held {
+		if !want[p] {
+			l.release(ctx, p, held)
+			continue
+		}
+		rev, err := l.parts.Update(ctx, partitionKey(p), []byte(l.cfg.NodeID), held.revision)
+		if err != nil {
+			l.log.Warn().Err(err).Int("partition", p).Msg("lost partition lease")
+			l.seq.Release(p)
+			delete(l.held, p)
+			continue
+		}
+		held.revision = rev
+		held.renewed.Store(time.Now().UnixNano())
+	}
+	for _, p := range mine {
+		if _, ok := l.held[p]; ok {
+			continue
+		}
+		rev, err := l.acquire(ctx, p)
+		if err != nil {
+			continue // still held by its previous owner; try again next tick
+		}
+		held := &lease{revision: rev}
+		held.renewed.Store(time.Now().UnixNano())
+		if err := l.seq.Own(p, func() bool { return held.valid(l.cfg.TTL) }); err != nil {
+			l.log.Error().Err(err).Int("partition", p).Msg("own partition")
+			if err := l.parts.Delete(ctx, partitionKey(p), jetstream.LastRevision(rev)); err != nil {
+				l.log.Warn().Err(err).Int("partition", p).Msg("give back lease")
+			}
+			continue
+		}
+		l.held[p] = held
+	}
+}
+
+// acquire takes a free partition lease, or one still held under this node's own id by a previous
+// run of this node (a restart need not wait for its own lease to expire).
+func (l *Leases) acquire(ctx context.Context, p int) (uint64, error) {
+	rev, err := l.parts.Create(ctx, partitionKey(p), []byte(l.cfg.NodeID))
+	if err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
+		return rev, err
+	}
+	entry, err := l.parts.Get(ctx, partitionKey(p))
+	if err != nil {
+		return 0, fmt.Errorf("read lease %d: %w", p, err)
+	}
+	if string(entry.Value()) != l.cfg.NodeID {
+		return 0, fmt.Errorf("partition %d is held by %s", p, entry.Value())
+	}
+	return l.parts.Update(ctx, partitionKey(p), []byte(l.cfg.NodeID), entry.Revision())
+}
+
+// release persists and answers what partition p queued, then deletes its lease. l.mu is held.
+func (l *Leases) release(ctx context.Context, p int, held *lease) {
+	l.seq.Release(p)
+	delete(l.held, p)
+	if err := l.parts.Delete(ctx, partitionKey(p), jetstream.LastRevision(held.revision)); err != nil {
+		l.log.Warn().Err(err).Int("partition", p).Msg("delete lease; it will expire")
+	}
+}
+
+// Close hands every partition over: queued sends are persisted and answered, leases and the
+// heartbeat are deleted so the remaining nodes take over at their next renewal.
+func (l *Leases) Close() {
+	close(l.stop)
+	<-l.done
+	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+	defer cancel()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for p, held := range l.held {
+		l.release(ctx, p, held)
+	}
+	if err := l.nodes.Delete(ctx, l.cfg.NodeID); err != nil {
+		l.log.Warn().Err(err).Msg("delete heartbeat; it will expire")
+	}
+}
+
+func partitionKey(p int) string { return "p" + strconv.Itoa(p) }
+
+// Assign maps partitions to nodes: each partition goes to the node ranked highest for it by
+// rendezvous hashing that still has room, and no node gets more than ceil(partitions/nodes). Every
+// node computes the same answer from the same live set; a join or a departure moves few partitions.
+func Assign(partitions int, nodes []string) map[string][]int {
+	nodes = slices.Clone(nodes)
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
+	out := make(map[string][]int, len(nodes))
+	if len(nodes) == 0 {
+		return out
+	}
+	capacity := (partitions + len(nodes) - 1) / len(nodes)
+	for p := range partitions {
+		ranked := slices.Clone(nodes)
+		slices.SortFunc(ranked, func(a, b string) int {
+			ha, hb := rendezvous(p, a), rendezvous(p, b)
+			switch {
+			case ha > hb:
+				return -1
+			case ha < hb:
+				return 1
+			}
+			return 0
+		})
+		for _, n := range ranked {
+			if len(out[n]) < capacity {
+				out[n] = append(out[n], p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func rendezvous(p int, node string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(strconv.Itoa(p) + "/" + node)) // writing to a hash never fails
+	return h.Sum64()
+}
