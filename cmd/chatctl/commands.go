@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/protocol"
+)
+
+func runLogin(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("login")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.requestContext(ctx)
+	defer cancel()
+	token, userID, err := client.Login(ctx, nil, httpURL(c.server), pos[0])
+	if err != nil {
+		return err
+	}
+	path, err := c.saveToken(token)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.printJSON(struct {
+			UserID    string `json:"userId"`
+			Token     string `json:"token"`
+			TokenFile string `json:"tokenFile"`
+		}{userID, token, path})
+	}
+	fmt.Fprintln(c.stdout, token)
+	fmt.Fprintf(c.stderr, "signed in as %s; token saved to %s\n", userID, path)
+	return nil
+}
+
+func runDM(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("dm")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	return c.withSession(ctx, func(ctx context.Context, s *session) error {
+		conv, err := s.conn.OpenDM(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		return c.printConversation(conv)
+	})
+}
+
+func runGroup(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("group")
+	pos, err := c.parse(fs, args, 2, -1)
+	if err != nil {
+		return err
+	}
+	return c.withSession(ctx, func(ctx context.Context, s *session) error {
+		conv, err := s.conn.CreateGroup(ctx, pos[0], pos[1:])
+		if err != nil {
+			return err
+		}
+		return c.printConversation(conv)
+	})
+}
+
+func (c *cli) printConversation(conv protocol.Conversation) error {
+	if c.json {
+		return c.printJSON(conv)
+	}
+	fmt.Fprintln(c.stdout, conv.ID)
+	return nil
+}
+
+func runList(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("list")
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	return c.withSession(ctx, func(ctx context.Context, s *session) error {
+		r, err := s.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeListConversations})
+		if err != nil {
+			return err
+		}
+		convs := r.Conversations
+		if convs == nil {
+			convs = []protocol.Conversation{} // "[]" rather than "null" for scripts
+		}
+		if c.json {
+			return c.printJSON(convs)
+		}
+		w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tKIND\tLAST SEQ\tUNREAD\tNAME")
+		for _, conv := range convs {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\n", conv.ID, conv.Kind, conv.LastSeq, conv.Unread, title(conv, s.userID))
+		}
+		return w.Flush()
+	})
+}
+
+// title names a conversation for a person: a group's name, or the other members of a DM.
+func title(conv protocol.Conversation, me string) string {
+	if conv.Name != "" {
+		return conv.Name
+	}
+	var others []string
+	for _, m := range conv.Members {
+		if m != me {
+			others = append(others, m)
+		}
+	}
+	return strings.Join(others, ", ")
+}
+
+func runSend(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("send")
+	retries := fs.Int("retries", defaultRetries, "repeat a retryable failure this many times, with the same clientMsgId")
+	pos, err := c.parse(fs, args, 1, -1)
+	if err != nil {
+		return err
+	}
+	convID := pos[0]
+	body := strings.Join(pos[1:], " ")
+	if len(pos) == 1 {
+		data, err := io.ReadAll(io.LimitReader(c.stdin, protocol.MaxBodyBytes+1))
+		if err != nil {
+			return fmt.Errorf("read the message from stdin: %w", err)
+		}
+		body = strings.TrimRight(string(data), "\n")
+	}
+	if body == "" {
+		return usagef("the message is empty")
+	}
+	ack, err := c.sendWithRetries(ctx, convID, uuid.NewString(), body, *retries)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return c.printJSON(struct {
+			ConversationID string     `json:"conversationId"`
+			Seq            int64      `json:"seq"`
+			ClientMsgID    string     `json:"clientMsgId"`
+			CreatedAt      *time.Time `json:"createdAt,omitempty"`
+		}{ack.ConversationID, ack.Seq, ack.ClientMsgID, ack.CreatedAt})
+	}
+	fmt.Fprintln(c.stdout, ack.Seq)
+	return nil
+}
+
+// sendWithRetries sends once and repeats retryable failures with the same clientMsgId, so the
+// message is stored at most once whatever happened to the earlier attempts. A lost connection is
+// dialed again.
+func (c *cli) sendWithRetries(ctx context.Context, convID, clientMsgID, body string, retries int) (protocol.ServerFrame, error) {
+	backoff := 250 * time.Millisecond
+	var s *session
+	defer func() {
+		if s != nil {
+			s.close()
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		var err error
+		if s == nil {
+			s, err = c.connect(ctx)
+		}
+		if err == nil {
+			rctx, cancel := c.requestContext(ctx)
+			var ack protocol.ServerFrame
+			ack, err = s.conn.SendWithID(rctx, convID, clientMsgID, body)
+			cancel()
+			if err == nil {
+				return ack, nil
+			}
+			select {
+			case <-s.conn.Done():
+				s.close()
+				s = nil
+			default:
+			}
+		}
+		if attempt >= retries || !retryable(err) || ctx.Err() != nil {
+			return protocol.ServerFrame{}, err
+		}
+		fmt.Fprintf(c.stderr, "chatctl send: %v; retrying in %s\n", err, backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return protocol.ServerFrame{}, ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func runHistory(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("history")
+	before := fs.Int64("before", 0, "the page that ends just before this seq")
+	after := fs.Int64("after", 0, "the page that starts just after this seq")
+	around := fs.Int64("around", 0, "the page centred on this seq")
+	fraction := fs.Float64("fraction", 0, "the page at this fraction (0..1) of the conversation, as a scroll bar does")
+	limit := fs.Int("limit", 0, fmt.Sprintf("messages per page (default %d, at most %d)", protocol.DefaultPageSize, protocol.MaxPageSize))
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	req := protocol.ClientFrame{Type: protocol.TypeHistory, ConversationID: pos[0], Limit: *limit}
+	anchors := 0
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "before":
+			req.Before, anchors = before, anchors+1
+		case "after":
+			req.After, anchors = after, anchors+1
+		case "around":
+			req.Around, anchors = around, anchors+1
+		case "fraction":
+			req.Fraction, anchors = fraction, anchors+1
+		}
+	})
+	if anchors > 1 {
+		return usagef("give at most one of -before, -after, -around, -fraction")
+	}
+	return c.withSession(ctx, func(ctx context.Context, s *session) error {
+		page, err := s.conn.Request(ctx, req)
+		if err != nil {
+			return err
+		}
+		if c.json {
+			msgs := page.Messages
+			if msgs == nil {
+				msgs = []protocol.Message{}
+			}
+			return c.printJSON(struct {
+				ConversationID string             `json:"conversationId"`
+				FirstSeq       int64              `json:"firstSeq"`
+				LastSeq        int64              `json:"lastSeq"`
+				HasBefore      bool               `json:"hasBefore"`
+				HasAfter       bool               `json:"hasAfter"`
+				Messages       []protocol.Message `json:"messages"`
+			}{pos[0], page.FirstSeq, page.LastSeq, page.HasBefore, page.HasAfter, msgs})
+		}
+		for _, m := range page.Messages {
+			c.printMessage(m)
+		}
+		if n := len(page.Messages); n > 0 {
+			fmt.Fprintf(c.stderr, "seqs %d..%d of %d..%d\n", page.Messages[0].Seq, page.Messages[n-1].Seq, page.FirstSeq, page.LastSeq)
+		} else {
+			fmt.Fprintf(c.stderr, "no messages here; the conversation has seqs %d..%d\n", page.FirstSeq, page.LastSeq)
+		}
+		return nil
+	})
+}
+
+// withSession connects, runs fn with a request deadline, and closes.
+func (c *cli) withSession(ctx context.Context, fn func(ctx context.Context, s *session) error) error {
+	s, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	ctx, cancel := c.requestContext(ctx)
+	defer cancel()
+	return fn(ctx, s)
+}
+
+// printMessage prints one message: a JSON line, or "#seq time sender: body".
+func (c *cli) printMessage(m protocol.Message) {
+	if c.json {
+		_ = c.printJSON(m) // stdout gone: the next write fails the same way, nothing to add
+		return
+	}
+	at := m.CreatedAt.Local().Format(time.DateTime)
+	switch m.Kind {
+	case protocol.KindDeleted:
+		fmt.Fprintf(c.stdout, "#%d %s %s: (deleted)\n", m.Seq, at, m.SenderID)
+	case protocol.KindSystem:
+		fmt.Fprintf(c.stdout, "#%d %s * %s\n", m.Seq, at, m.Body)
+	default:
+		fmt.Fprintf(c.stdout, "#%d %s %s: %s\n", m.Seq, at, m.SenderID, m.Body)
+	}
+}
+
+func (c *cli) printJSON(v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode output: %w", err)
+	}
+	data = append(data, '\n')
+	if _, err := c.stdout.Write(data); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	return nil
+}
+
+// messageOf is a pushed message frame as a Message.
+func messageOf(f protocol.ServerFrame) protocol.Message {
+	m := protocol.Message{ConversationID: f.ConversationID, Seq: f.Seq, SenderID: f.SenderID, Kind: f.Kind,
+		Body: f.Body, ClientMsgID: f.ClientMsgID, ReplyTo: f.ReplyTo}
+	if f.CreatedAt != nil {
+		m.CreatedAt = *f.CreatedAt
+	}
+	return m
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/testenv"
+)
+
+// user runs chatctl as one person: their own config directory, so each keeps their own token.
+type user struct {
+	t      *testing.T
+	server string
+	config string
+}
+
+func newUser(t *testing.T, server string) *user {
+	return &user{t: t, server: server, config: t.TempDir()}
+}
+
+func (u *user) getenv(key string) string {
+	switch key {
+	case "XDG_CONFIG_HOME":
+		return u.config
+	case "CHAT_SERVER":
+		return u.server
+	}
+	return ""
+}
+
+// run runs one command line in-process and returns its stdout, stderr and exit status.
+func (u *user) run(ctx context.Context, stdin string, args ...string) (string, string, int) {
+	var out, errOut bytes.Buffer
+	code := run(ctx, args, cli{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, getenv: u.getenv})
+	return out.String(), errOut.String(), code
+}
+
+// must runs a command that has to succeed and returns its trimmed stdout.
+func (u *user) must(args ...string) string {
+	u.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, errOut, code := u.run(ctx, "", args...)
+	if code != exitOK {
+		u.t.Fatalf("chatctl %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return strings.TrimSpace(out)
+}
+
+func TestLoginDMSendHistoryList(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	alice, bob := newUser(t, n.URL()), newUser(t, n.URL())
+
+	token := alice.must("login", "alice")
+	saved, err := os.ReadFile(filepath.Join(alice.config, "chatctl", "token"))
+	if err != nil || strings.TrimSpace(string(saved)) != token || token == "" {
+		t.Fatalf("saved token %q (%v), printed %q", saved, err, token)
+	}
+	bob.must("login", "bob")
+
+	dm := alice.must("dm", "bob")
+	if again := bob.must("dm", "alice"); again != dm {
+		t.Fatalf("bob's DM with alice is %q, alice's is %q", again, dm)
+	}
+	if seq := alice.must("send", dm, "hello", "bob"); seq != "1" {
+		t.Fatalf("first send acked seq %q, want 1", seq)
+	}
+	if seq := alice.must("send", "-retries", "0", dm, "--", "-again"); seq != "2" {
+		t.Fatalf("second send acked seq %q, want 2", seq)
+	}
+
+	plain := bob.must("history", dm)
+	if !strings.Contains(plain, "#1 ") || !strings.Contains(plain, "alice: hello bob") || !strings.Contains(plain, "alice: -again") {
+		t.Fatalf("history does not show both messages:\n%s", plain)
+	}
+	var page struct {
+		LastSeq  int64              `json:"lastSeq"`
+		Messages []protocol.Message `json:"messages"`
+	}
+	decode(t, bob.must("history", dm, "-json", "-after", "1"), &page)
+	if page.LastSeq != 2 || len(page.Messages) != 1 || page.Messages[0].Seq != 2 || page.Messages[0].Body != "-again" {
+		t.Fatalf("history -after 1 = %+v", page)
+	}
+
+	var convs []protocol.Conversation
+	decode(t, bob.must("-json", "list"), &convs)
+	if len(convs) != 1 || convs[0].ID != dm || convs[0].LastSeq != 2 || convs[0].Unread != 2 {
+		t.Fatalf("bob's list = %+v; want the DM with lastSeq 2 and 2 unread", convs)
+	}
+	if table := alice.must("list"); !strings.Contains(table, dm) || !strings.Contains(table, "bob") {
+		t.Fatalf("alice's list does not name the DM with bob:\n%s", table)
+	}
+
+	group := alice.must("group", "friends", "bob")
+	if seq := bob.must("send", group, "hi all"); seq != "1" {
+		t.Fatalf("first group send acked seq %q, want 1", seq)
+	}
+}
+
+func TestErrorsGoToStderrWithStatus(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	alice := newUser(t, n.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if _, errOut, code := alice.run(ctx, "", "list"); code != exitFailure || !strings.Contains(errOut, "chatctl login") {
+		t.Fatalf("list before login: exit %d, stderr %q; want 1 and a hint to log in", code, errOut)
+	}
+	alice.must("login", "alice")
+	out, errOut, code := alice.run(ctx, "", "send", "no-such-conversation", "hi")
+	if code != exitFailure || out != "" || !strings.Contains(errOut, protocol.CodeNotMember) {
+		t.Fatalf("send to a stranger's conversation: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, _, code := alice.run(ctx, "", "history", "c", "-before", "3", "-after", "1"); code != exitUsage {
+		t.Fatalf("history with two anchors: exit %d, want %d", code, exitUsage)
+	}
+	if _, _, code := alice.run(ctx, "", "frobnicate"); code != exitUsage {
+		t.Fatalf("unknown command: exit %d, want %d", code, exitUsage)
+	}
+	if _, _, code := alice.run(ctx, "", "-token", "forged", "list"); code != exitFailure {
+		t.Fatalf("forged token: exit %d, want %d", code, exitFailure)
+	}
+}
+
+// TestTailSurvivesRestart follows a DM while its node restarts: every message is printed once, in
+// seq order, whether it arrived live, through sync on reconnect, or from history.
+func TestTailSurvivesRestart(t *testing.T) {
+	env := testenv.NewEnv(t)
+	cfg := env.NodeConfig()
+	cfg.Addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
+	n := testenv.StartNode(t, cfg)
+	alice, bob := newUser(t, n.URL()), newUser(t, n.URL())
+	alice.must("login", "alice")
+	bob.must("login", "bob")
+	dm := alice.must("dm", "bob")
+	alice.must("send", dm, "before tail")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var tailOut, tailErr lockedBuffer
+	tailCode := make(chan int, 1)
+	go func() {
+		tailCode <- run(ctx, []string{"tail", "-json", "-after", "0", "-count", "4", dm},
+			cli{stdin: strings.NewReader(""), stdout: &tailOut, stderr: &tailErr, getenv: bob.getenv})
+	}()
+	// The tail is connected once it has printed what was there before it.
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool { return strings.Contains(tailOut.String(), "before tail") }, "tail to start")
+	alice.must("send", dm, "live")
+	n.Stop()
+	n = testenv.StartNode(t, cfg)
+	alice.must("send", dm, "after restart 1")
+	alice.must("send", dm, "after restart 2")
+
+	if code := <-tailCode; code != exitOK {
+		t.Fatalf("tail: exit %d: %s", code, tailErr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(tailOut.String()), "\n")
+	want := []string{"before tail", "live", "after restart 1", "after restart 2"}
+	if len(lines) != len(want) {
+		t.Fatalf("tail printed %d lines, want %d:\n%s\nstderr:\n%s", len(lines), len(want), tailOut.String(), tailErr.String())
+	}
+	for i, line := range lines {
+		var m protocol.Message
+		decode(t, line, &m)
+		if m.Seq != int64(i+1) || m.Body != want[i] {
+			t.Fatalf("line %d = seq %d %q, want seq %d %q", i, m.Seq, m.Body, i+1, want[i])
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a running command writes while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func decode(t *testing.T, s string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		t.Fatalf("decode %q: %v", s, err)
+	}
+}
