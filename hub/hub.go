@@ -36,11 +36,17 @@ type Store interface {
 	User(ctx context.Context, id string) (storage.User, error)
 	MissingUsers(ctx context.Context, ids []string) ([]string, error)
 	SetHideReceipts(ctx context.Context, userID string, hide bool) error
+	AddMembers(ctx context.Context, id string, userIDs []string) error
+	RemoveMember(ctx context.Context, id, userID string) error
+	DeleteMessage(ctx context.Context, conversationID string, seq int64, senderID string) error
+	HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error
+	DeleteAccount(ctx context.Context, userID string) (storage.DeletedAccount, error)
 }
 
 // Sender sequences and persists a message; the sequencer implements it.
 type Sender interface {
 	Send(ctx context.Context, req sequencer.SendRequest) (protocol.Message, error)
+	Reload(ctx context.Context, conversationID string) error
 }
 
 // Hub routes conversation events to this node's sessions. One mutex guards the registry: every
@@ -70,8 +76,9 @@ type onlineUser struct {
 
 // membership is one user's position in one conversation.
 type membership struct {
-	lastSeq int64
-	readSeq int64
+	lastSeq   int64
+	readSeq   int64
+	hiddenSeq int64 // the user deleted the conversation for themselves at this seq
 }
 
 func (m *membership) unread() int64 { return max(0, m.lastSeq-m.readSeq) }
@@ -129,9 +136,9 @@ func (h *Hub) Opened(ctx context.Context, s *session.Session) error {
 	if err != nil {
 		return err
 	}
-	readSeqs := make(map[string]int64, len(cursors))
+	byConv := make(map[string]storage.Cursor, len(cursors))
 	for _, c := range cursors {
-		readSeqs[c.ConversationID] = c.ReadSeq
+		byConv[c.ConversationID] = c
 	}
 
 	h.mu.Lock()
@@ -141,7 +148,7 @@ func (h *Hub) Opened(ctx context.Context, s *session.Session) error {
 		return protocol.Errorf(protocol.CodeRateLimited, "at most %d connections per user", h.cfg.MaxConnectionsPerUser)
 	}
 	if !ok {
-		u, err = h.addUser(user, convs, readSeqs)
+		u, err = h.addUser(user, convs, byConv)
 		if err != nil {
 			h.mu.Unlock()
 			return err
@@ -157,7 +164,7 @@ func (h *Hub) Opened(ctx context.Context, s *session.Session) error {
 }
 
 // addUser registers a user's first session on this node. h.mu is held.
-func (h *Hub) addUser(user storage.User, convs []storage.Conversation, readSeqs map[string]int64) (*onlineUser, error) {
+func (h *Hub) addUser(user storage.User, convs []storage.Conversation, cursors map[string]storage.Cursor) (*onlineUser, error) {
 	u := &onlineUser{
 		id:           user.ID,
 		hideReceipts: user.HideReceipts,
@@ -171,10 +178,11 @@ func (h *Hub) addUser(user storage.User, convs []storage.Conversation, readSeqs 
 	u.sub = sub
 	h.users[user.ID] = u
 	for _, c := range convs {
-		if err := h.join(u, c.ID, c.Kind, len(c.Members), c.LastSeq, readSeqs[c.ID]); err != nil {
+		if err := h.join(u, c.ID, c.Kind, len(c.Members), c.LastSeq, cursors[c.ID].ReadSeq); err != nil {
 			h.removeUser(u)
 			return nil, err
 		}
+		u.memberships[c.ID].hiddenSeq = cursors[c.ID].HiddenSeq
 	}
 	return u, nil
 }
@@ -268,9 +276,10 @@ func (h *Hub) OnlineSessions() int {
 
 // conversationEvent is what nodes publish on a conversation's evt subject.
 type conversationEvent struct {
-	Type    string `json:"type"` // receipt or typing
+	Type    string `json:"type"` // receipt, typing or deleted
 	UserID  string `json:"userId"`
 	ReadSeq int64  `json:"readSeq,omitempty"`
+	Seq     int64  `json:"seq,omitempty"`
 }
 
 // onConversationEvent delivers a persisted message (subject ...msg) or a receipt or typing event
@@ -340,10 +349,9 @@ func (h *Hub) deliverEvent(convID string, data []byte) {
 		h.log.Error().Err(err).Msg("undecodable conversation event")
 		return
 	}
-	f := protocol.ServerFrame{Type: ev.Type, ConversationID: convID, UserID: ev.UserID}
-	if ev.Type == protocol.TypeReceipt {
-		f.ReadSeq = ev.ReadSeq
-	}
+	f := protocol.ServerFrame{Type: ev.Type, ConversationID: convID, UserID: ev.UserID, ReadSeq: ev.ReadSeq, Seq: ev.Seq}
+	// A user's own typing and receipts are not news to them; a deletion is, on their other devices.
+	skipActor := ev.Type != protocol.TypeDeleted
 	frame, err := protocol.Encode(f)
 	if err != nil {
 		h.log.Error().Err(err).Msg("encode conversation event")
@@ -356,7 +364,7 @@ func (h *Hub) deliverEvent(convID string, data []byte) {
 		return
 	}
 	for _, u := range c.local {
-		if u.id == ev.UserID {
+		if skipActor && u.id == ev.UserID {
 			continue
 		}
 		for s := range u.sessions {
@@ -375,9 +383,11 @@ type userEvent struct {
 
 // User event types.
 const (
-	userJoined = "joined"
-	userLeft   = "left"
-	userCursor = "cursor"
+	userJoined  = "joined"
+	userLeft    = "left"
+	userCursor  = "cursor"
+	userHidden  = "hidden"
+	userDeleted = "deleted"
 )
 
 func (h *Hub) publishUserEvent(userID string, ev userEvent) {
@@ -418,6 +428,10 @@ func (h *Hub) onUserEvent(m *nats.Msg) {
 		h.applyLeave(userID, ev.ConvID)
 	case userCursor:
 		h.applyCursor(userID, ev.ConvID, ev.ReadSeq)
+	case userHidden:
+		h.applyHide(userID, ev.ConvID, ev.ReadSeq)
+	case userDeleted:
+		h.closeUser(userID, "account deleted")
 	}
 }
 
@@ -486,6 +500,32 @@ func (h *Hub) applyCursor(userID, convID string, readSeq int64) {
 	if badge := h.badgeFrame(u, convID, ms); badge != nil {
 		for s := range u.sessions {
 			s.Enqueue(badge)
+		}
+	}
+}
+
+// applyHide hides a conversation from an online user's list up to seq and clears its unread.
+func (h *Hub) applyHide(userID, convID string, seq int64) {
+	h.applyCursor(userID, convID, seq)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	u, ok := h.users[userID]
+	if !ok {
+		return
+	}
+	if ms, ok := u.memberships[convID]; ok {
+		ms.hiddenSeq = max(ms.hiddenSeq, seq)
+		h.broadcast(u, protocol.ServerFrame{Type: protocol.TypeHidden, ConversationID: convID, Seq: ms.hiddenSeq})
+	}
+}
+
+// closeUser ends every session of a user on this node.
+func (h *Hub) closeUser(userID, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if u, ok := h.users[userID]; ok {
+		for s := range u.sessions {
+			s.Close(session.StatusRemoved, reason)
 		}
 	}
 }

@@ -55,6 +55,16 @@ func (h *Hub) HandleFrame(ctx context.Context, s *session.Session, f protocol.Cl
 		return h.typing(s, f)
 	case protocol.TypeSetPrivacy:
 		return h.setPrivacy(ctx, s, f)
+	case protocol.TypeAddMembers:
+		return h.addMembers(ctx, s, f)
+	case protocol.TypeRemoveMember:
+		return h.removeMember(ctx, s, f.ID, f.ConversationID, f.UserID)
+	case protocol.TypeLeave:
+		return h.removeMember(ctx, s, f.ID, f.ConversationID, s.UserID())
+	case protocol.TypeDeleteMessage:
+		return h.deleteMessage(ctx, s, f)
+	case protocol.TypeHideConversation:
+		return h.hideConversation(ctx, s, f)
 	default:
 		return protocol.Errorf(protocol.CodeUnknownType, "frame type %q is not supported", f.Type)
 	}
@@ -176,6 +186,9 @@ func (h *Hub) conversationViews(ctx context.Context, userID string) ([]protocol.
 	views := make([]protocol.Conversation, 0, len(convs))
 	for _, c := range convs {
 		ms, _ := h.membershipOf(userID, c.ID) // not yet live here: zero position, clamped below
+		if ms.hiddenSeq > 0 && max(c.LastSeq, ms.lastSeq) <= ms.hiddenSeq {
+			continue // deleted for this user, and nothing new since
+		}
 		views = append(views, toView(c, ms))
 	}
 	return views, nil
@@ -232,6 +245,8 @@ func (h *Hub) history(ctx context.Context, s *session.Session, f protocol.Client
 	}
 	last := max(conv.LastSeq, ms.lastSeq)
 	from, to := pageRange(f, last)
+	// After deleting a conversation for themselves a user sees only what came later.
+	from = max(from, ms.hiddenSeq+1)
 	msgs, err := h.store.MessageRange(ctx, f.ConversationID, from, to)
 	if err != nil {
 		return err
@@ -241,11 +256,11 @@ func (h *Hub) history(ctx context.Context, s *session.Session, f protocol.Client
 		page[i] = sequencer.WireMessage(m)
 	}
 	first := int64(0)
-	if last > 0 {
-		first = 1
+	if last > ms.hiddenSeq {
+		first = ms.hiddenSeq + 1
 	}
 	s.Reply(protocol.ServerFrame{Type: protocol.TypePage, ID: f.ID, ConversationID: f.ConversationID,
-		Messages: page, FirstSeq: first, LastSeq: last, HasBefore: from > 1, HasAfter: to < last})
+		Messages: page, FirstSeq: first, LastSeq: last, HasBefore: first > 0 && from > first, HasAfter: to < last})
 	return nil
 }
 

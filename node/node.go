@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/hub"
@@ -57,10 +58,12 @@ type Config struct {
 	ReadWindow time.Duration
 	// AllowedOrigins are extra page origins allowed to open WebSockets.
 	AllowedOrigins []string
-	Sequencer      sequencer.Config
-	Leases         sequencer.LeaseConfig
-	Hub            hub.Config
-	Session        session.Config
+	// StoreMonitor, if set, sees every command sent to MongoDB (tests count and inspect them).
+	StoreMonitor *event.CommandMonitor
+	Sequencer    sequencer.Config
+	Leases       sequencer.LeaseConfig
+	Hub          hub.Config
+	Session      session.Config
 }
 
 // Validate reports a configuration that cannot work.
@@ -140,7 +143,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats at %s: %w", cfg.NATSURL, err)
 	}
-	n.store, err = storage.Open(ctx, storage.Config{URI: cfg.MongoURI, Database: cfg.Database})
+	n.store, err = storage.Open(ctx, storage.Config{URI: cfg.MongoURI, Database: cfg.Database, Monitor: cfg.StoreMonitor})
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,8 @@ const (
 	TypeReceiptCount  = "receipt_count"
 	TypeOK            = "ok"
 	TypeRemoved       = "removed"
+	TypeHidden        = "hidden"
+	TypeDeleted       = "deleted"
 )
 
 // Message kinds.

@@ -156,6 +156,13 @@ func (p *partition) flush(batch []pending) {
 			continue
 		}
 		firstOfID[key] = e
+		if pd.req.Reload {
+			p.reload(ctx, pd.req.ConversationID)
+			if pd.req.Kind == "" {
+				e.result = &protocol.Message{ConversationID: pd.req.ConversationID}
+				continue
+			}
+		}
 		p.assign(ctx, e, key)
 		if e.assigned {
 			fresh = append(fresh, e)
@@ -174,7 +181,7 @@ func (p *partition) flush(batch []pending) {
 	}
 	p.publish(fresh)
 	for _, e := range entries {
-		if e.result != nil {
+		if e.result != nil && e.req.ClientMsgID != "" {
 			p.recent.add(recentKey(e.req.ConversationID, e.req.ClientMsgID), *e.result)
 		}
 	}
@@ -194,7 +201,9 @@ func (p *partition) assign(ctx context.Context, e *entry, key string) {
 		p.seq.log.Error().Err(err).Str("conversation", e.req.ConversationID).Msg("load conversation")
 		e.code = codeUnavailable
 		return
-	case !c.members[e.req.SenderID]:
+	case e.req.Kind != storage.KindSystem && !c.members[e.req.SenderID]:
+		// System messages (membership changes) come from the server, for a sender who may have
+		// just left.
 		e.code = codeNotMember
 		return
 	}
@@ -334,6 +343,30 @@ func (p *partition) respond(subject string, r reply) {
 	}
 }
 
+// reload re-reads a conversation's members, keeping its lastSeq (sends of this batch may already
+// hold seqs past the stored one); a conversation that no longer exists is forgotten.
+func (p *partition) reload(ctx context.Context, id string) {
+	c, ok := p.convs[id]
+	if !ok {
+		return // not cached: the next send loads it fresh
+	}
+	conv, err := p.seq.store.Conversation(ctx, id)
+	if err != nil {
+		// Deleted, or the store failed: either way the next send loads it fresh.
+		delete(p.convs, id)
+		return
+	}
+	c.members = memberSet(conv.Members)
+}
+
+func memberSet(members []string) map[string]bool {
+	set := make(map[string]bool, len(members))
+	for _, m := range members {
+		set[m] = true
+	}
+	return set
+}
+
 // conversation returns the owner's state of a conversation, recovering it from the store on first
 // use: lastSeq is the larger of the counter and the highest stored seq, since the messages
 // collection is the truth.
@@ -349,10 +382,7 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 	if err != nil {
 		return nil, err
 	}
-	c := &conversationState{members: make(map[string]bool, len(conv.Members)), lastSeq: max(conv.LastSeq, high)}
-	for _, m := range conv.Members {
-		c.members[m] = true
-	}
+	c := &conversationState{members: memberSet(conv.Members), lastSeq: max(conv.LastSeq, high)}
 	if len(p.convs) >= maxCachedConversations {
 		for evict := range p.convs {
 			delete(p.convs, evict)

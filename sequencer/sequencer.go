@@ -48,6 +48,9 @@ type SendRequest struct {
 	Kind           string `json:"kind"`
 	Body           string `json:"body"`
 	ReplyTo        int64  `json:"replyTo,omitempty"`
+	// Reload makes the owner re-read the conversation's members first, so a membership change
+	// takes effect at once. With an empty Kind nothing is stored: it is only a reload.
+	Reload bool `json:"reload,omitempty"`
 }
 
 // reply is what an owner answers a SendRequest with.
@@ -162,6 +165,16 @@ func (s *Sequencer) attempt(ctx context.Context, subject string, data []byte) (p
 		return protocol.Message{}, fmt.Errorf("reply from %s has no message", subject)
 	}
 	return *r.Message, nil
+}
+
+// Reload tells the owner of a conversation to re-read its members (or forget it, if it was
+// deleted) before the next send; membership changes call it after writing the store.
+func (s *Sequencer) Reload(ctx context.Context, conversationID string) error {
+	_, err := s.Send(ctx, SendRequest{ConversationID: conversationID, Reload: true})
+	if err != nil {
+		return fmt.Errorf("reload %s: %w", conversationID, err)
+	}
+	return nil
 }
 
 // Own makes this node the owner of partition p: it recovers state lazily per conversation from the

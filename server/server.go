@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,6 +32,7 @@ const maxLoginBody = 4 << 10
 // Users is what sign-in needs from the store.
 type Users interface {
 	EnsureUser(ctx context.Context, u storage.User) (storage.User, error)
+	User(ctx context.Context, id string) (storage.User, error)
 }
 
 // Config tunes the HTTP surface.
@@ -77,6 +79,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /ws", s.serveWebSocket)
 	mux.HandleFunc("POST /api/login", s.login)
 	mux.HandleFunc("GET /api/badge", s.badge)
+	mux.HandleFunc("DELETE /api/account", s.deleteAccount)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /debug/partitions", s.partitions)
@@ -125,6 +128,10 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "invalid or missing token")
 		return
 	}
+	if status, msg := s.admit(r.Context(), userID); status != http.StatusOK {
+		writeError(w, status, msg)
+		return
+	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins})
 	if err != nil {
 		// Accept has already answered the request (403 for a foreign Origin, 400 for a bad upgrade).
@@ -137,6 +144,28 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	if err := sess.Serve(s.sessionCtx, s.hub); err != nil {
 		s.log.Warn().Err(err).Str("user", userID).Msg("session ended")
 	}
+}
+
+// admit checks the account behind a valid token. Dev-mode accounts exist from sign-in on, so a
+// token of a deleted account is refused; in production the identity provider vouches for the
+// user, whose account is created on first connection.
+func (s *Server) admit(ctx context.Context, userID string) (int, string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var err error
+	if s.auth.DevMode() {
+		_, err = s.users.User(ctx, userID)
+	} else {
+		_, err = s.users.EnsureUser(ctx, storage.User{ID: userID, Name: userID, CreatedAt: time.Now().UTC()})
+	}
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return http.StatusUnauthorized, "no such account"
+	case err != nil:
+		s.log.Error().Err(err).Str("user", userID).Msg("load account")
+		return http.StatusServiceUnavailable, "could not load the account; try again"
+	}
+	return http.StatusOK, ""
 }
 
 type loginRequest struct {
@@ -203,6 +232,23 @@ func (s *Server) badge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, badgeResponse{UserID: userID, Total: total})
+}
+
+// deleteAccount removes the caller's account and everything of theirs; see hub.DeleteAccount.
+func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request) {
+	userID, err := s.authenticate(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "invalid or missing token")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	if err := s.hub.DeleteAccount(ctx, userID); err != nil {
+		s.log.Error().Err(err).Str("user", userID).Msg("delete account")
+		writeError(w, http.StatusServiceUnavailable, "could not finish deleting the account; try again (it is safe to repeat)")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {

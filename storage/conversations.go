@@ -20,13 +20,15 @@ const (
 // Conversation is a DM or a group. LastSeq trails the messages collection, which is the truth: a
 // new owner recovers max(LastSeq, highest stored seq).
 type Conversation struct {
-	ID        string    `bson:"_id"`
-	Kind      string    `bson:"kind"`
-	Name      string    `bson:"name,omitempty"`
-	Members   []string  `bson:"members"`
-	LastSeq   int64     `bson:"lastSeq"`
-	CreatedBy string    `bson:"createdBy"`
-	CreatedAt time.Time `bson:"createdAt"`
+	ID      string   `bson:"_id"`
+	Kind    string   `bson:"kind"`
+	Name    string   `bson:"name,omitempty"`
+	Members []string `bson:"members"`
+	LastSeq int64    `bson:"lastSeq"`
+	// DeletedCount counts the tombstones in the conversation.
+	DeletedCount int64     `bson:"deletedCount"`
+	CreatedBy    string    `bson:"createdBy"`
+	CreatedAt    time.Time `bson:"createdAt"`
 }
 
 // IsMember reports whether userID is in the conversation.

@@ -11,11 +11,14 @@ import (
 )
 
 // Cursor is one user's read position in one conversation. It only moves forward. Hidden mirrors
-// the user's HideReceipts so receipt counts need no join.
+// the user's HideReceipts so receipt counts need no join. HiddenSeq is where the user deleted the
+// conversation for themselves: it is out of their list, and their history starts after it, until a
+// newer message arrives.
 type Cursor struct {
 	UserID         string    `bson:"userId"`
 	ConversationID string    `bson:"conversationId"`
 	ReadSeq        int64     `bson:"readSeq"`
+	HiddenSeq      int64     `bson:"hiddenSeq,omitempty"`
 	Hidden         bool      `bson:"hidden"`
 	UpdatedAt      time.Time `bson:"updatedAt"`
 }

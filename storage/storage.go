@@ -53,6 +53,9 @@ type Config struct {
 	Database string
 	// Monitor, if set, sees every command the driver sends (tests count and inspect them).
 	Monitor *event.CommandMonitor
+	// SkipIndexes opens without building indexes: for a backfill of a legacy messages collection,
+	// whose missing seqs would violate the unique indexes until Backfill has numbered them.
+	SkipIndexes bool
 }
 
 // Validate reports a configuration that cannot work.
@@ -103,6 +106,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		conversations: db.Collection(conversationsCollection),
 		cursors:       db.Collection(cursorsCollection),
 		users:         db.Collection(usersCollection),
+	}
+	if cfg.SkipIndexes {
+		return s, nil
 	}
 	if err := s.ensureIndexes(ctx); err != nil {
 		_ = client.Disconnect(context.Background())

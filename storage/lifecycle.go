@@ -1,0 +1,211 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// tombstone is the update that turns a message into a tombstone: it keeps conversationId, seq,
+// createdAt and clientMsgId, so the sequence stays gapless and a retried send still dedupes.
+func tombstone(clearSender bool) bson.D {
+	set := bson.D{{Key: "kind", Value: KindDeleted}, {Key: "body", Value: ""}}
+	if clearSender {
+		set = append(set, bson.E{Key: "senderId", Value: ""})
+	}
+	return bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "replyTo", Value: ""}}}}
+}
+
+// DeleteMessage tombstones one message of senderID ("delete for everyone"). It returns
+// ErrNotFound when the conversation has no such live message from that sender.
+func (s *Store) DeleteMessage(ctx context.Context, conversationID string, seq int64, senderID string) error {
+	res, err := s.messages.UpdateOne(ctx, bson.D{
+		{Key: "conversationId", Value: conversationID},
+		{Key: "seq", Value: seq},
+		{Key: "senderId", Value: senderID},
+		{Key: "kind", Value: bson.D{{Key: "$ne", Value: KindDeleted}}},
+	}, tombstone(false))
+	if err != nil {
+		return fmt.Errorf("delete message %s/%d: %w", conversationID, seq, err)
+	}
+	if res.MatchedCount == 0 {
+		return ErrNotFound
+	}
+	return s.countDeleted(ctx, conversationID, res.ModifiedCount)
+}
+
+func (s *Store) countDeleted(ctx context.Context, conversationID string, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	_, err := s.conversations.UpdateOne(ctx, bson.D{{Key: "_id", Value: conversationID}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "deletedCount", Value: n}}}})
+	if err != nil {
+		return fmt.Errorf("count %d tombstones in %s: %w", n, conversationID, err)
+	}
+	return nil
+}
+
+// HideConversation hides a conversation from one user's list until a message after lastSeq
+// arrives, and marks everything up to lastSeq read, so only newer messages count as unread.
+func (s *Store) HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error {
+	_, err := s.cursors.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: cursorID(userID, conversationID)}},
+		bson.D{
+			{Key: "$max", Value: bson.D{{Key: "readSeq", Value: lastSeq}, {Key: "hiddenSeq", Value: lastSeq}}},
+			{Key: "$setOnInsert", Value: bson.D{{Key: "userId", Value: userID}, {Key: "conversationId", Value: conversationID}}},
+		},
+		options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return fmt.Errorf("hide %s for %s: %w", conversationID, userID, err)
+	}
+	return nil
+}
+
+// DeletedAccount says what deleting an account changed, so live sessions can be told.
+type DeletedAccount struct {
+	// DMs were removed with all their messages.
+	DMs []Conversation
+	// Groups lost the user as a member; the user's messages in them are tombstones now.
+	Groups []Conversation
+}
+
+// DeleteAccount removes a user: their DMs and the DMs' messages, their membership in groups
+// (where their messages become tombstones without a sender, so the others' sequence stays
+// gapless), their cursors and the account itself. Every step is idempotent, so a failed deletion
+// is finished by running it again.
+func (s *Store) DeleteAccount(ctx context.Context, userID string) (DeletedAccount, error) {
+	var out DeletedAccount
+	convs, err := s.ConversationsOf(ctx, userID)
+	if err != nil {
+		return out, err
+	}
+	for _, c := range convs {
+		if c.Kind == KindDM {
+			if _, err := s.messages.DeleteMany(ctx, bson.D{{Key: "conversationId", Value: c.ID}}); err != nil {
+				return out, fmt.Errorf("delete messages of dm %s: %w", c.ID, err)
+			}
+			if _, err := s.cursors.DeleteMany(ctx, bson.D{{Key: "conversationId", Value: c.ID}}); err != nil {
+				return out, fmt.Errorf("delete cursors of dm %s: %w", c.ID, err)
+			}
+			if _, err := s.conversations.DeleteOne(ctx, bson.D{{Key: "_id", Value: c.ID}}); err != nil {
+				return out, fmt.Errorf("delete dm %s: %w", c.ID, err)
+			}
+			out.DMs = append(out.DMs, c)
+			continue
+		}
+		res, err := s.messages.UpdateMany(ctx, bson.D{
+			{Key: "conversationId", Value: c.ID},
+			{Key: "senderId", Value: userID},
+		}, tombstone(true))
+		if err != nil {
+			return out, fmt.Errorf("tombstone messages of %s in %s: %w", userID, c.ID, err)
+		}
+		if err := s.countDeleted(ctx, c.ID, res.ModifiedCount); err != nil {
+			return out, err
+		}
+		if err := s.RemoveMember(ctx, c.ID, userID); err != nil {
+			return out, err
+		}
+		out.Groups = append(out.Groups, c)
+	}
+	if _, err := s.cursors.DeleteMany(ctx, bson.D{{Key: "userId", Value: userID}}); err != nil {
+		return out, fmt.Errorf("delete cursors of %s: %w", userID, err)
+	}
+	if _, err := s.users.DeleteOne(ctx, bson.D{{Key: "_id", Value: userID}}); err != nil {
+		return out, fmt.Errorf("delete user %s: %w", userID, err)
+	}
+	return out, nil
+}
+
+// backfillBatch is how many legacy messages one backfill step numbers with one bulk write.
+const backfillBatch = 1000
+
+// BackfillProgress reports a backfill step: a conversation and how many of its messages have a
+// seq now.
+type BackfillProgress struct {
+	ConversationID string
+	Numbered       int64
+	Done           bool
+}
+
+// Backfill gives seqs to a legacy messages collection that has none: per conversation, in _id
+// order, continuing after the highest seq already given, so an interrupted run resumes where it
+// stopped and a finished one changes nothing. Messages without a clientMsgId get one derived from
+// their _id. It builds the indexes when every conversation is numbered.
+func (s *Store) Backfill(ctx context.Context, progress func(BackfillProgress)) error {
+	cur, err := s.conversations.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return fmt.Errorf("list conversations to backfill: %w", err)
+	}
+	var convs []struct {
+		ID string `bson:"_id"`
+	}
+	if err := cur.All(ctx, &convs); err != nil {
+		return fmt.Errorf("read conversations to backfill: %w", err)
+	}
+	for _, c := range convs {
+		if err := s.backfillConversation(ctx, c.ID, progress); err != nil {
+			return err
+		}
+	}
+	return s.ensureIndexes(ctx)
+}
+
+func (s *Store) backfillConversation(ctx context.Context, convID string, progress func(BackfillProgress)) error {
+	next, err := s.HighestSeq(ctx, convID)
+	if err != nil {
+		return err
+	}
+	for {
+		cur, err := s.messages.Find(ctx,
+			bson.D{{Key: "conversationId", Value: convID}, {Key: "seq", Value: bson.D{{Key: "$exists", Value: false}}}},
+			options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(backfillBatch).
+				SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "clientMsgId", Value: 1}}))
+		if err != nil {
+			return fmt.Errorf("find unnumbered messages of %s: %w", convID, err)
+		}
+		var batch []struct {
+			ID          bson.ObjectID `bson:"_id"`
+			ClientMsgID string        `bson:"clientMsgId"`
+		}
+		if err := cur.All(ctx, &batch); err != nil {
+			return fmt.Errorf("read unnumbered messages of %s: %w", convID, err)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		models := make([]mongo.WriteModel, len(batch))
+		for i, m := range batch {
+			next++
+			set := bson.D{{Key: "seq", Value: next}}
+			if m.ClientMsgID == "" {
+				set = append(set, bson.E{Key: "clientMsgId", Value: "legacy-" + m.ID.Hex()})
+			}
+			// The filter repeats seq-missing, so a message numbered by an earlier run is never renumbered.
+			models[i] = mongo.NewUpdateOneModel().
+				SetFilter(bson.D{{Key: "conversationId", Value: convID}, {Key: "_id", Value: m.ID}, {Key: "seq", Value: bson.D{{Key: "$exists", Value: false}}}}).
+				SetUpdate(bson.D{{Key: "$set", Value: set}})
+		}
+		// Ordered, so a crash leaves a numbered prefix in _id order and the resume continues it.
+		if _, err := s.messages.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(true)); err != nil {
+			return fmt.Errorf("number %d messages of %s: %w", len(models), convID, err)
+		}
+		if err := s.AdvanceLastSeq(ctx, map[string]int64{convID: next}); err != nil {
+			return err
+		}
+		if progress != nil {
+			progress(BackfillProgress{ConversationID: convID, Numbered: next})
+		}
+	}
+	if err := s.AdvanceLastSeq(ctx, map[string]int64{convID: next}); err != nil {
+		return err
+	}
+	if progress != nil {
+		progress(BackfillProgress{ConversationID: convID, Numbered: next, Done: true})
+	}
+	return nil
+}
