@@ -1,0 +1,368 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/testenv"
+)
+
+// These tests drive the bundled page in headless Chromium against a real node (NATS, the store,
+// the HTTP server), and assert what a person would see: messages, badges, ticks, the tab title.
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestTwoPeopleChat: Alice and Bob in two browser contexts. Bob's badge rises while the DM is
+// closed and clears when he reads it; Alice sees the read ticks; typing shows; a reload keeps
+// Bob signed in with his conversation open; a group shows "read by"; a narrow window works.
+func TestTwoPeopleChat(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	b := newBrowser(t)
+	alice, bob := b.newPage("alice"), b.newPage("bob")
+
+	alice.open(n.URL())
+	alice.screenshot("01-sign-in")
+	alice.signIn(n.URL(), "Alice")
+	bob.signIn(n.URL(), "Bob")
+	if got := eval[string](alice, `document.getElementById('me').textContent`); got != "Alice" {
+		t.Fatalf("alice's page shows the user %q, want the display name Alice", got)
+	}
+	unlabeled := eval[[]string](alice, `[...document.querySelectorAll('input, textarea, button')].filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim()).map(e => e.id || e.outerHTML.slice(0, 60))`)
+	if len(unlabeled) > 0 {
+		t.Fatalf("controls without an accessible name: %v", unlabeled)
+	}
+
+	alice.openDM("bob")
+	bob.waitFor("the new DM to appear in bob's list", fmt.Sprintf(`!!document.querySelector(%q)`, convButton("alice")))
+	for i := 1; i <= 3; i++ {
+		alice.typeMessage(fmt.Sprintf("hello %d", i), true)
+	}
+	alice.waitFor("alice's three messages to be confirmed", `document.querySelectorAll('#messages > li[data-seq][data-state="sent"]').length === 3 && !document.querySelector('#messages > li[data-state="sending"]')`)
+	assertShown(t, alice, []shownMessage{{1, "alice", "hello 1"}, {2, "alice", "hello 2"}, {3, "alice", "hello 3"}})
+	if read := eval[string](alice, `document.querySelector('#messages > li[data-seq="3"]').dataset.read`); read != "false" {
+		t.Fatalf("alice's message 3 shows read=%q before bob opened the DM", read)
+	}
+
+	bob.waitFor("bob's badge to show 3 unread", fmt.Sprintf(`document.querySelector(%q)?.querySelector('.badge')?.textContent === '3' && document.title === '(3) chatd'`, convButton("alice")))
+	bob.screenshot("02-unread-badge")
+
+	bob.clickConversation("alice")
+	bob.untilShown(1, 3)
+	if eval[bool](bob, `!document.querySelector('#messages > li.divider')`) {
+		t.Fatal("bob's DM opened without the new-messages divider before his first unread message")
+	}
+	bob.waitFor("bob's badge to clear once he has read", fmt.Sprintf(`document.title === 'chatd' && !document.querySelector(%q)?.querySelector('.badge')`, convButton("alice")))
+	alice.waitFor("alice's read ticks", `['1','2','3'].every(s => document.querySelector('#messages > li[data-seq="' + s + '"]')?.dataset.read === 'true')`)
+	alice.screenshot("03-read-ticks")
+
+	bob.typeMessage("hi Alice", false)
+	alice.waitFor("bob's typing indicator", `document.getElementById('typing').textContent === 'bob is typing…'`)
+	bob.do("send", pressKey("Enter", 13, "\r"))
+	alice.untilShown(1, 4)
+	alice.waitFor("the typing indicator to clear when bob's message arrives", `document.getElementById('typing').textContent === ''`)
+	bob.waitFor("alice's tick on bob's message", `document.querySelector('#messages > li[data-seq="4"]')?.dataset.read === 'true'`)
+	bob.screenshot("04-conversation")
+
+	// A reload keeps the sign-in, the open conversation and every message, and nothing is unread.
+	bob.do("reload", chromedp.Reload())
+	bob.waitConnected()
+	bob.waitFor("the DM to reopen after the reload", `document.getElementById('conv-title').textContent === 'alice'`)
+	bob.untilShown(1, 4)
+	assertShown(t, bob, []shownMessage{{1, "alice", "hello 1"}, {2, "alice", "hello 2"}, {3, "alice", "hello 3"}, {4, "bob", "hi Alice"}})
+	if eval[bool](bob, `!document.getElementById('login-view').hidden || document.title !== 'chatd'`) {
+		t.Fatal("after a reload bob is signed out or sees unread messages")
+	}
+
+	// A group: Bob's badge counts it, and Alice sees "read by 1" once he has looked.
+	alice.do("create a group",
+		chromedp.Click(chromedp.CSS("#group-details summary")),
+		chromedp.SetValue(chromedp.ID("group-name"), "Team"),
+		chromedp.SetValue(chromedp.ID("group-members"), "bob"),
+		chromedp.Click(chromedp.CSS("#group-form button[type=submit]")))
+	alice.waitFor("the group to open", `document.getElementById('conv-title').textContent === 'Team'`)
+	bob.waitFor("the group to appear in bob's list", fmt.Sprintf(`!!document.querySelector(%q)`, convButton("Team")))
+	alice.typeMessage("welcome to the team", true)
+	alice.waitFor("the group message to be confirmed", `!!document.querySelector('#messages > li[data-seq="1"][data-state="sent"]')`)
+	bob.waitFor("bob's badge for the group", fmt.Sprintf(`document.querySelector(%q)?.querySelector('.badge')?.textContent === '1' && document.title === '(1) chatd'`, convButton("Team")))
+	bob.clickConversation("Team")
+	bob.untilShown(1, 1)
+	bob.waitFor("bob's badge to clear", `document.title === 'chatd'`)
+	alice.waitFor(`"read by 1" in the group`, `document.querySelector('#messages > li[data-seq="1"]')?.dataset.readBy === '1'`)
+	alice.screenshot("05-group-read-by")
+
+	// A narrow window shows one view at a time, without horizontal scrolling, and the keyboard
+	// moves between them.
+	bob.do("narrow the window", chromedp.EmulateViewport(380, 720))
+	bob.waitFor("the conversation to cover the list", `getComputedStyle(document.getElementById('sidebar')).display === 'none' && getComputedStyle(document.getElementById('back')).display !== 'none'`)
+	if eval[bool](bob, `document.documentElement.scrollWidth > window.innerWidth`) {
+		t.Fatal("the narrow layout scrolls sideways")
+	}
+	bob.screenshot("06-narrow-conversation")
+	bob.do("go back with the keyboard", chromedp.Focus(chromedp.ID("composer-input")), pressKey("Escape", 27, ""))
+	bob.waitFor("the list to show", `getComputedStyle(document.getElementById('sidebar')).display !== 'none' && getComputedStyle(document.getElementById('conversation')).display === 'none'`)
+	bob.screenshot("07-narrow-list")
+	bob.do("open the DM with the keyboard", chromedp.Focus(chromedp.CSS(convButton("alice"))), pressKey("Enter", 13, "\r"))
+	bob.waitFor("the DM to open from the keyboard", `document.getElementById('conv-title').textContent === 'alice' && getComputedStyle(document.getElementById('sidebar')).display === 'none'`)
+}
+
+// TestHistoryPaging seeds 120 messages, then checks that the page opens at the first unread one,
+// that scrolling up loads every older page in order, and that the slider jumps and scrolling down
+// pages forward again.
+func TestHistoryPaging(t *testing.T) {
+	const total, readUpTo = 120, 100
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	ctx := ctxT(t, time.Minute)
+	seeder := testenv.Connect(t, n.URL(), "alice")
+	reader := testenv.Connect(t, n.URL(), "bob")
+	dm, err := seeder.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	for i := 1; i <= total; i++ {
+		if _, err := seeder.Send(ctx, dm.ID, seedBody(i)); err != nil {
+			t.Fatalf("seed message %d: %v", i, err)
+		}
+	}
+	if err := reader.Post(ctx, protocol.ClientFrame{Type: protocol.TypeRead, ConversationID: dm.ID, Seq: readUpTo}); err != nil {
+		t.Fatalf("mark read: %v", err)
+	}
+	testenv.Push(t, reader, 10*time.Second, func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeCursor && f.ReadSeq == readUpTo
+	})
+	if err := reader.Close(); err != nil { // the cursor is written when the last session closes
+		t.Fatalf("close: %v", err)
+	}
+
+	b := newBrowser(t)
+	bob := b.newPage("bob")
+	bob.signIn(n.URL(), "bob")
+	bob.waitFor("20 unread", fmt.Sprintf(`document.querySelector(%q)?.querySelector('.badge')?.textContent === '20'`, convButton("alice")))
+	bob.clickConversation("alice")
+	bob.waitFor("the first unread message at the top of the pane", fmt.Sprintf(`(() => {
+		const box = document.getElementById('scroller').getBoundingClientRect();
+		const first = document.querySelector('#messages > li[data-seq="%d"]');
+		const divider = document.querySelector('#messages > li.divider');
+		if (!first || !divider || divider.nextElementSibling !== first) return false;
+		const r = first.getBoundingClientRect();
+		return r.top >= box.top && r.top < box.top + box.height / 3;
+	})()`, readUpTo+1))
+	bob.screenshot("08-opened-at-first-unread")
+
+	// Scroll to the top until the first message is there: every page lands above, in order.
+	for range 10 {
+		if eval[bool](bob, `document.getElementById('messages').dataset.firstSeq === '1'`) {
+			break
+		}
+		first := eval[string](bob, `document.getElementById('messages').dataset.firstSeq`)
+		bob.do("scroll to the top", chromedp.Evaluate[chromedp.Void](`document.getElementById('scroller').scrollTop = 0`))
+		bob.waitFor("an older page", fmt.Sprintf(`document.getElementById('messages').dataset.firstSeq !== %q`, first))
+	}
+	bob.untilShown(1, total)
+	want := make([]shownMessage, total)
+	for i := range want {
+		want[i] = shownMessage{int64(i + 1), "alice", seedBody(i + 1)}
+	}
+	assertShown(t, bob, want)
+	if eval[bool](bob, `document.getElementById('messages').dataset.hasBefore !== 'false'`) {
+		t.Fatal("the window still claims older messages above seq 1")
+	}
+	bob.screenshot("09-scrolled-to-the-top")
+
+	// The slider jumps to a position: a window around message 30, shown in view.
+	bob.do("jump with the slider", chromedp.Evaluate[chromedp.Void](`(() => {
+		const s = document.getElementById('jump-slider');
+		s.value = '30';
+		s.dispatchEvent(new Event('input', {bubbles: true}));
+		s.dispatchEvent(new Event('change', {bubbles: true}));
+	})()`))
+	bob.waitFor("a window around message 30 with message 30 in view", `(() => {
+		const list = document.getElementById('messages');
+		if (list.dataset.lastSeq === '120') return false;
+		const e = list.querySelector('li[data-seq="30"]');
+		if (!e) return false;
+		const box = document.getElementById('scroller').getBoundingClientRect(), r = e.getBoundingClientRect();
+		return r.top >= box.top && r.bottom <= box.bottom;
+	})()`)
+	bob.screenshot("10-jumped")
+	// Scrolling down pages forward to the newest message.
+	for range 10 {
+		if eval[bool](bob, `document.getElementById('messages').dataset.hasAfter === 'false'`) {
+			break
+		}
+		last := eval[string](bob, `document.getElementById('messages').dataset.lastSeq`)
+		bob.do("scroll to the bottom", chromedp.Evaluate[chromedp.Void](`(s => s.scrollTop = s.scrollHeight)(document.getElementById('scroller'))`))
+		bob.waitFor("a newer page", fmt.Sprintf(`document.getElementById('messages').dataset.lastSeq !== %q`, last))
+	}
+	first := eval[int64](bob, `Number(document.getElementById('messages').dataset.firstSeq)`)
+	bob.untilShown(first, total)
+}
+
+func seedBody(i int) string { return fmt.Sprintf("seed %03d", i) }
+
+// TestServerRestart stops the node mid-chat and starts it again on the same address. The pages
+// reconnect by themselves; what was sent meanwhile arrives (more than the server replays, so the
+// rest comes from history); a send that failed while the server was down is retried with its
+// button; every message shows once, in order, and is stored once.
+func TestServerRestart(t *testing.T) {
+	const syncLimit, sentWhileAway = 5, 12
+	env := testenv.NewEnv(t)
+	cfg := env.NodeConfig()
+	cfg.Addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
+	cfg.Hub.SyncLimit = syncLimit
+	n := testenv.StartNode(t, cfg)
+	b := newBrowser(t)
+	alice, bob := b.newPage("alice"), b.newPage("bob")
+	alice.allowNetworkErrors, bob.allowNetworkErrors = true, true
+	alice.signIn(n.URL(), "alice")
+	bob.signIn(n.URL(), "bob")
+	alice.openDM("bob")
+	alice.typeMessage("before 1", true)
+	alice.typeMessage("before 2", true)
+	bob.clickConversation("alice")
+	bob.untilShown(1, 2)
+
+	n.Stop()
+	for _, p := range []*page{alice, bob} {
+		p.waitFor("the page to notice the server is gone", `document.getElementById('conn-status').dataset.state === 'offline'`)
+	}
+	alice.typeMessage("while down", true)
+	alice.waitFor("the failed send with a Retry button", `!!document.querySelector('#messages > li[data-state="failed"] button.retry')`)
+	alice.screenshot("11-offline-failed-send")
+
+	n = testenv.StartNode(t, cfg)
+	ctx := ctxT(t, time.Minute)
+	other := testenv.Connect(t, n.URL(), "alice") // Alice's phone, sending while the pages reconnect
+	dm, err := other.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	for i := 1; i <= sentWhileAway; i++ {
+		if _, err := other.Send(ctx, dm.ID, fmt.Sprintf("from phone %02d", i)); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	alice.waitConnected()
+	bob.waitConnected()
+	last := int64(2 + sentWhileAway)
+	bob.untilShown(1, last)
+	alice.untilShown(1, last)
+
+	alice.do("retry the failed send", chromedp.Click(chromedp.CSS(`#messages > li[data-state="failed"] button.retry`)))
+	last++
+	alice.untilShown(1, last)
+	bob.untilShown(1, last)
+	want := []shownMessage{{1, "alice", "before 1"}, {2, "alice", "before 2"}}
+	for i := 1; i <= sentWhileAway; i++ {
+		want = append(want, shownMessage{int64(2 + i), "alice", fmt.Sprintf("from phone %02d", i)})
+	}
+	want = append(want, shownMessage{last, "alice", "while down"})
+	assertShown(t, alice, want)
+	assertShown(t, bob, want)
+	if eval[int](alice, `document.querySelectorAll('#messages > li:not([data-seq]):not(.divider)').length`) != 0 {
+		t.Fatal("alice still shows a pending or failed message after the retry")
+	}
+	// Read state recovers too: Bob has seen everything, and Alice sees that.
+	bob.waitFor("bob's badge to clear after the restart", `document.title === 'chatd'`)
+	alice.waitFor("alice's tick on her retried message", fmt.Sprintf(`document.querySelector('#messages > li[data-seq="%d"]')?.dataset.read === 'true'`, last))
+	bob.screenshot("12-after-restart")
+	assertStored(t, ctx, other, dm.ID, want)
+}
+
+// TestNetworkDrop cuts the network under a page while a send is in flight and its ack is lost.
+// The page reconnects by itself and learns from the replay that the message was stored; a message
+// written while offline is retried with the same clientMsgId; nothing is stored twice.
+func TestNetworkDrop(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	link := newFlakyNetwork(t, n.Addr())
+	ctx := ctxT(t, time.Minute)
+	bobConn := testenv.Connect(t, n.URL(), "bob")
+	b := newBrowser(t)
+	alice := b.newPage("alice")
+	alice.allowNetworkErrors = true
+	alice.signIn(link.URL(), "alice")
+	alice.openDM("bob")
+	alice.typeMessage("one", true)
+	alice.waitFor("the first message to be confirmed", `!!document.querySelector('#messages > li[data-seq="1"][data-state="sent"]')`)
+
+	// The send reaches the server, the ack never comes back.
+	link.swallowReplies.Store(true)
+	alice.typeMessage("lost ack", true)
+	got := testenv.Push(t, bobConn, 10*time.Second, func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeMessage && f.Body == "lost ack"
+	})
+	if eval[bool](alice, `!document.querySelector('#messages > li[data-state="sending"]')`) {
+		t.Fatal("alice's page shows the send confirmed although its ack was swallowed")
+	}
+	link.setRefuse(true)
+	link.cut()
+	link.swallowReplies.Store(false)
+	alice.waitFor("the page to go offline", `document.getElementById('conn-status').dataset.state === 'offline'`)
+	alice.waitFor("the unconfirmed send to offer a retry", `document.querySelectorAll('#messages > li[data-state="failed"] button.retry').length === 1`)
+	alice.typeMessage("written offline", true)
+	alice.waitFor("both unsent messages to offer a retry", `document.querySelectorAll('#messages > li[data-state="failed"] button.retry').length === 2`)
+	alice.screenshot("13-network-down")
+
+	link.setRefuse(false)
+	alice.waitConnected()
+	// The replay carries "lost ack" with its clientMsgId: the page confirms it without a resend.
+	alice.untilShown(1, 2)
+	alice.waitFor("one failed message left", `document.querySelectorAll('#messages > li[data-state="failed"]').length === 1`)
+	alice.do("retry", chromedp.Click(chromedp.CSS(`#messages > li[data-state="failed"] button.retry`)))
+	alice.untilShown(1, 3)
+	want := []shownMessage{{1, "alice", "one"}, {2, "alice", "lost ack"}, {3, "alice", "written offline"}}
+	assertShown(t, alice, want)
+	assertStored(t, ctx, bobConn, got.ConversationID, want)
+
+	// Every send frame of one message carried the same clientMsgId.
+	ids := map[string]map[string]bool{}
+	for _, raw := range alice.sentFrames() {
+		var f protocol.ClientFrame
+		if json.Unmarshal([]byte(raw), &f) != nil || f.Type != protocol.TypeSend {
+			continue
+		}
+		if ids[f.Body] == nil {
+			ids[f.Body] = map[string]bool{}
+		}
+		ids[f.Body][f.ClientMsgID] = true
+	}
+	for _, m := range want {
+		if len(ids[m.Body]) != 1 {
+			t.Fatalf("the sends of %q used clientMsgIds %v, want exactly one", m.Body, ids[m.Body])
+		}
+	}
+}
+
+// assertStored checks the conversation's stored history is exactly want.
+func assertStored(t *testing.T, ctx context.Context, c *client.Conn, convID string, want []shownMessage) {
+	t.Helper()
+	page, err := c.Request(ctx, protocol.ClientFrame{Type: protocol.TypeHistory, ConversationID: convID, Limit: protocol.MaxPageSize})
+	if err != nil {
+		t.Fatalf("history: %v", err)
+	}
+	var got []string
+	for _, m := range page.Messages {
+		got = append(got, fmt.Sprintf("%d %s %s", m.Seq, m.SenderID, m.Body))
+	}
+	var exp []string
+	for _, m := range want {
+		exp = append(exp, fmt.Sprintf("%d %s %s", m.Seq, m.Sender, m.Body))
+	}
+	if strings.Join(got, "\n") != strings.Join(exp, "\n") {
+		t.Fatalf("stored history:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(exp, "\n"))
+	}
+}

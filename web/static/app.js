@@ -1,0 +1,1152 @@
+// chatd demo page: plain JavaScript, no build step. It speaks the JSON frames defined in
+// protocol/protocol.go over one WebSocket, and keeps only what the open views need in memory: the
+// conversation list, and per conversation one contiguous window of messages [lo, hi].
+'use strict';
+
+(() => {
+  // Tuning, each with its reason.
+  const PAGE_SIZE = 50; // one history page; a screenful or three
+  const MAX_WINDOW = 300; // messages kept per conversation; older ones are paged in again on scroll
+  const EDGE_PX = 400; // load the next page when scrolled this close to an end
+  const READ_DEBOUNCE_MS = 500; // coalesce read cursors while the user scrolls
+  const REQUEST_TIMEOUT_MS = 15000; // the server bounds its own work at 10 s
+  const SEND_TIMEOUT_MS = 12000; // the server answers a send within its 10 s send timeout
+  const TYPING_SEND_EVERY_MS = 3000; // at most one typing frame per conversation this often
+  const TYPING_SHOW_MS = 5000; // how long a typing push is shown
+  const BACKOFF_BASE_MS = 500; // first reconnect delay, doubled per failed attempt
+  const BACKOFF_MAX_MS = 15000; // reconnect delay cap
+  const TOKEN_CHECK_EVERY_MS = 30000; // at most one token check per this long while failing
+  const AUTH_KEY = 'chatd.auth';
+  const PENDING_KEY = 'chatd.pending.';
+
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    loginView: $('login-view'), loginForm: $('login-form'), loginName: $('login-name'),
+    loginSubmit: $('login-submit'), loginError: $('login-error'),
+    chatView: $('chat-view'), status: $('conn-status'), reconnectNow: $('reconnect-now'),
+    me: $('me'), signOut: $('sign-out'),
+    dmForm: $('dm-form'), dmUser: $('dm-user'), groupForm: $('group-form'), groupName: $('group-name'),
+    groupMembers: $('group-members'), groupDetails: $('group-details'), sidebarError: $('sidebar-error'),
+    convList: $('conv-list'), convEmpty: $('conv-empty'),
+    noConv: $('no-conv'), convBody: $('conv-body'), back: $('back'), title: $('conv-title'),
+    meta: $('conv-meta'), jumpLatest: $('jump-latest'), jump: $('jump'), slider: $('jump-slider'),
+    sliderOut: $('jump-output'), scroller: $('scroller'), loading: $('loading'), list: $('messages'),
+    typing: $('typing'), composer: $('composer'), input: $('composer-input'), announcer: $('announcer'),
+  };
+
+  // ---- State ----------------------------------------------------------------------------------
+
+  const state = {
+    auth: null, // {token, userId, name}
+    convs: new Map(), // id -> conversation view (see upsertConv)
+    total: 0, // total unread, from badge frames
+    openId: null, // the conversation on screen
+    windows: new Map(), // conversation id -> message window
+    buffers: new Map(), // conversation id -> live messages that arrived while its window loaded
+    pending: new Map(), // clientMsgId -> unconfirmed send
+    divider: null, // {convId, afterSeq}: the "new messages" line of the open conversation
+    view: 0, // bumped when the open conversation or its window is replaced
+  };
+
+  const conn = {
+    ws: null, opened: false, live: false, attempt: 0, timer: null, retryAt: 0, countdown: null,
+    nextId: 1, waiting: new Map(), lastTokenCheck: 0,
+  };
+
+  class RequestError extends Error {
+    constructor(code, message, retryable) {
+      super(message);
+      this.code = code;
+      this.retryable = retryable;
+    }
+  }
+
+  // ---- Small helpers ---------------------------------------------------------------------------
+
+  function uuid() {
+    if (window.crypto && typeof crypto.randomUUID === 'function') return crypto.randomUUID();
+    // Pages served over plain http from another host are not a secure context: build a v4 uuid.
+    const b = crypto.getRandomValues(new Uint8Array(16));
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const h = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  }
+
+  // userIdOf mirrors auth.UserIDFromName: lower case, runs of spaces to one dash.
+  const userIdOf = (name) => name.trim().toLowerCase().split(/\s+/).join('-');
+
+  function h(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children) if (c !== null && c !== undefined) e.append(c);
+    return e;
+  }
+
+  function formatTime(iso) {
+    const d = new Date(iso);
+    if (Number.isNaN(d.getTime())) return '';
+    const sameDay = d.toDateString() === new Date().toDateString();
+    return sameDay ? d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })
+      : d.toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' });
+  }
+
+  function convTitle(c) {
+    if (c.kind === 'dm') return c.members.find((m) => m !== state.auth.userId) || state.auth.userId;
+    return c.name || c.members.filter((m) => m !== state.auth.userId).join(', ') || 'Group';
+  }
+
+  const me = () => state.auth && state.auth.userId;
+  const openConv = () => state.convs.get(state.openId);
+  const openWindow = () => state.windows.get(state.openId);
+
+  function announce(text) {
+    ui.announcer.textContent = '';
+    // A fresh text node after clearing makes screen readers speak repeated texts too.
+    setTimeout(() => { ui.announcer.textContent = text; }, 30);
+  }
+
+  // ---- Sign-in ---------------------------------------------------------------------------------
+
+  function loadAuth() {
+    try {
+      const a = JSON.parse(localStorage.getItem(AUTH_KEY));
+      if (a && typeof a.token === 'string' && typeof a.userId === 'string') return a;
+    } catch { /* a corrupt entry is the same as none */ }
+    return null;
+  }
+
+  async function signIn(ev) {
+    ev.preventDefault();
+    const name = ui.loginName.value.trim();
+    ui.loginError.textContent = '';
+    ui.loginSubmit.disabled = true;
+    try {
+      const resp = await fetch('/api/login', {
+        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ name }),
+      });
+      const body = await resp.json().catch(() => ({}));
+      if (!resp.ok) throw new Error(body.error || `sign-in failed (${resp.status})`);
+      state.auth = { token: body.token, userId: body.userId, name: body.name };
+      localStorage.setItem(AUTH_KEY, JSON.stringify(state.auth));
+      start();
+    } catch (err) {
+      ui.loginError.textContent = err.message === 'Failed to fetch' ? 'The server cannot be reached.' : err.message;
+    } finally {
+      ui.loginSubmit.disabled = false;
+    }
+  }
+
+  function showLogin(message) {
+    ui.chatView.hidden = true;
+    ui.loginView.hidden = false;
+    ui.loginError.textContent = message || '';
+    document.title = 'chatd';
+    ui.loginName.focus();
+  }
+
+  function signOut(message) {
+    flushRead();
+    localStorage.removeItem(AUTH_KEY);
+    state.auth = null;
+    disconnect();
+    state.convs.clear();
+    state.windows.clear();
+    state.pending.clear();
+    state.openId = null;
+    state.total = 0;
+    ui.convList.replaceChildren();
+    ui.list.replaceChildren();
+    history.replaceState(null, '', location.pathname);
+    showLogin(message);
+  }
+
+  function start() {
+    ui.loginView.hidden = true;
+    ui.chatView.hidden = false;
+    ui.me.textContent = state.auth.name || state.auth.userId;
+    restorePending();
+    showConversation();
+    renderConvList();
+    connect();
+  }
+
+  // ---- Connection ------------------------------------------------------------------------------
+
+  function setStatus(kind, text) {
+    ui.status.dataset.state = kind;
+    ui.status.textContent = text;
+    ui.reconnectNow.hidden = kind !== 'offline';
+  }
+
+  function connect() {
+    clearTimeout(conn.timer);
+    clearInterval(conn.countdown);
+    conn.timer = null;
+    if (!state.auth || conn.ws) return;
+    const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    const sock = new WebSocket(`${scheme}//${location.host}/ws?token=${encodeURIComponent(state.auth.token)}`);
+    conn.ws = sock;
+    conn.opened = false;
+    setStatus('connecting', conn.attempt ? 'Reconnecting…' : 'Connecting…');
+    sock.onopen = () => { if (conn.ws === sock) conn.opened = true; };
+    sock.onmessage = (ev) => {
+      if (conn.ws !== sock) return;
+      let f;
+      try { f = JSON.parse(ev.data); } catch { return; }
+      handleFrame(f);
+    };
+    sock.onclose = (ev) => { if (conn.ws === sock) disconnected(ev); };
+  }
+
+  function disconnect() {
+    const sock = conn.ws;
+    conn.ws = null;
+    conn.live = false;
+    clearTimeout(conn.timer);
+    clearInterval(conn.countdown);
+    if (sock) sock.close(1000, 'signed out');
+    failWaiting();
+  }
+
+  function disconnected(ev) {
+    const opened = conn.opened;
+    conn.ws = null;
+    conn.live = false;
+    failWaiting();
+    if (!state.auth) return;
+    if (ev.code === 4003) { signOut('You were signed out by the server.'); return; }
+    if (!opened) checkToken();
+    scheduleReconnect(ev.code === 4029 ? BACKOFF_MAX_MS : 0);
+  }
+
+  // scheduleReconnect waits an exponentially growing delay with "equal jitter" (half fixed, half
+  // random), so a fleet of pages that lost the same server does not come back in one burst.
+  function scheduleReconnect(minDelay) {
+    const ceiling = Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** conn.attempt);
+    const delay = Math.max(minDelay, ceiling / 2 + Math.random() * ceiling / 2);
+    conn.attempt++;
+    conn.retryAt = Date.now() + delay;
+    conn.timer = setTimeout(connect, delay);
+    const tick = () => {
+      const s = Math.max(0, Math.ceil((conn.retryAt - Date.now()) / 1000));
+      setStatus('offline', `Offline. Reconnecting in ${s} s…`);
+    };
+    tick();
+    clearInterval(conn.countdown);
+    conn.countdown = setInterval(tick, 1000);
+  }
+
+  // checkToken finds out whether a refused WebSocket was refused for the token (browsers hide the
+  // HTTP status of a failed upgrade); a 401 from the badge endpoint means sign in again.
+  async function checkToken() {
+    if (Date.now() - conn.lastTokenCheck < TOKEN_CHECK_EVERY_MS || !state.auth) return;
+    conn.lastTokenCheck = Date.now();
+    try {
+      const resp = await fetch('/api/badge', { headers: { Authorization: `Bearer ${state.auth.token}` } });
+      if (resp.status === 401 && state.auth) signOut('Your session has expired. Please sign in again.');
+    } catch { /* the server is down; the reconnect loop keeps trying */ }
+  }
+
+  function sendFrame(frame) {
+    if (!conn.ws || conn.ws.readyState !== WebSocket.OPEN) return false;
+    conn.ws.send(JSON.stringify(frame));
+    return true;
+  }
+
+  // request sends a frame with a fresh id and resolves with the reply that echoes it; an error
+  // frame, a timeout or a lost connection rejects with a RequestError.
+  function request(frame, timeout = REQUEST_TIMEOUT_MS) {
+    return new Promise((resolve, reject) => {
+      const id = `r${conn.nextId++}`;
+      if (!sendFrame({ ...frame, id })) {
+        reject(new RequestError('offline', 'not connected', true));
+        return;
+      }
+      const timer = setTimeout(() => {
+        conn.waiting.delete(id);
+        reject(new RequestError('timeout', 'no answer from the server', true));
+      }, timeout);
+      conn.waiting.set(id, { resolve, reject, timer });
+    });
+  }
+
+  function failWaiting() {
+    const waiting = [...conn.waiting.values()];
+    conn.waiting.clear();
+    for (const w of waiting) {
+      clearTimeout(w.timer);
+      w.reject(new RequestError('disconnected', 'the connection was lost', true));
+    }
+  }
+
+  function handleFrame(f) {
+    const w = f.id && conn.waiting.get(f.id);
+    if (w) {
+      conn.waiting.delete(f.id);
+      clearTimeout(w.timer);
+      if (f.type === 'error') w.reject(new RequestError(f.code, f.message, !!f.retryable));
+      else w.resolve(f);
+      return;
+    }
+    switch (f.type) {
+      case 'hello': onHello(f); break;
+      case 'badge': onBadge(f); break;
+      case 'message': onMessage(f); break;
+      case 'ack': confirmSend(f.clientMsgId, ackedMessage(f)); break; // an ack that came after its timeout
+      case 'conversation': if (f.conversation) onConversation(f.conversation); break;
+      case 'conversations': case 'synced': applyConversationList(f.conversations || []); break;
+      case 'cursor': onCursor(f); break;
+      case 'receipt': onReceipt(f); break;
+      case 'typing': onTyping(f); break;
+      case 'removed': removeConv(f.conversationId); break;
+      case 'error': ui.sidebarError.textContent = f.message || f.code; break;
+      default: break; // frames added to the protocol later are ignored
+    }
+  }
+
+  function onHello(f) {
+    if (f.userId && f.userId !== me()) { signOut('Signed in as another user; please sign in again.'); return; }
+    conn.attempt = 0;
+    conn.live = true;
+    reads.sent.clear(); // the sync reply carries the server's read positions
+    setStatus('syncing', 'Syncing…');
+    syncAll();
+  }
+
+  // syncAll names, per conversation whose window reaches the newest message, the highest seq held;
+  // the server replays what came after (up to its limit) and answers with the conversation list.
+  async function syncAll() {
+    const since = {};
+    for (const [id, w] of state.windows) if (!w.hasAfter) since[id] = w.hi;
+    let reply;
+    try {
+      reply = await request({ type: 'sync', since });
+    } catch (err) {
+      if (err.code !== 'disconnected' && conn.ws) conn.ws.close(1000, 'sync failed'); // start over
+      return;
+    }
+    applyConversationList(reply.conversations || []);
+    setStatus('connected', 'Connected');
+    for (const [id, w] of state.windows) {
+      const c = state.convs.get(id);
+      if (c && c.lastSeq > w.hi) w.hasAfter = true; // more than the replay limit was missed
+    }
+    if (!state.openId) {
+      const wanted = decodeURIComponent(location.hash.replace(/^#c=/, ''));
+      if (wanted && state.convs.has(wanted)) openConversation(wanted);
+    } else if (state.convs.has(state.openId)) {
+      renderMessages();
+      refreshReceipts();
+      markVisibleRead();
+    }
+    renderConvList();
+  }
+
+  // ---- Conversations ---------------------------------------------------------------------------
+
+  function upsertConv(v) {
+    let c = state.convs.get(v.id);
+    if (!c) {
+      c = {
+        id: v.id, kind: v.kind, name: v.name || '', members: [], lastSeq: 0, readSeq: 0, unread: 0,
+        activity: Date.parse(v.createdAt) || 0, peerReadSeq: 0, readBy: null, typing: new Map(),
+      };
+      state.convs.set(v.id, c);
+    }
+    c.kind = v.kind;
+    c.name = v.name || '';
+    c.members = v.members || [];
+    c.lastSeq = Math.max(c.lastSeq, v.lastSeq || 0);
+    c.readSeq = Math.max(c.readSeq, v.readSeq || 0);
+    c.unread = v.unread || 0;
+    return c;
+  }
+
+  function onConversation(v) {
+    const isNew = !state.convs.has(v.id);
+    const c = upsertConv(v);
+    if (isNew && c.kind === 'group') announce(`You were added to ${convTitle(c)}`);
+    recountTotal();
+    renderConvList();
+  }
+
+  function applyConversationList(list) {
+    const seen = new Set();
+    for (const v of list) {
+      upsertConv(v);
+      seen.add(v.id);
+    }
+    for (const id of [...state.convs.keys()]) if (!seen.has(id)) removeConv(id);
+    recountTotal();
+    renderConvList();
+  }
+
+  function removeConv(id) {
+    state.convs.delete(id);
+    state.windows.delete(id);
+    if (state.openId === id) closeConversation();
+    recountTotal();
+    renderConvList();
+  }
+
+  function recountTotal() {
+    let total = 0;
+    for (const c of state.convs.values()) total += c.unread;
+    state.total = total;
+    updateTitle();
+  }
+
+  function updateTitle() {
+    document.title = state.total > 0 ? `(${state.total}) chatd` : 'chatd';
+  }
+
+  function onBadge(f) {
+    if (typeof f.total === 'number') state.total = f.total;
+    const c = f.conversationId && state.convs.get(f.conversationId);
+    if (c) {
+      if (typeof f.unread === 'number') c.unread = f.unread;
+      c.readSeq = Math.max(c.readSeq, f.readSeq || 0);
+      c.lastSeq = Math.max(c.lastSeq, f.lastSeq || 0);
+    }
+    updateTitle();
+    renderConvList();
+  }
+
+  function onCursor(f) {
+    const c = state.convs.get(f.conversationId);
+    if (!c) return;
+    c.readSeq = Math.max(c.readSeq, f.readSeq || 0);
+    c.unread = Math.max(0, c.lastSeq - c.readSeq);
+    renderConvList();
+  }
+
+  function onReceipt(f) {
+    const c = state.convs.get(f.conversationId);
+    if (!c || f.userId === me()) return;
+    if (c.kind === 'dm') {
+      c.peerReadSeq = Math.max(c.peerReadSeq, f.readSeq || 0);
+      if (c.id === state.openId) renderMessages();
+    } else if (c.id === state.openId && c.readBy && (f.readSeq || 0) >= c.readBy.seq) {
+      refreshReceiptsSoon();
+    }
+  }
+
+  function onTyping(f) {
+    const c = state.convs.get(f.conversationId);
+    if (!c || f.userId === me()) return;
+    c.typing.set(f.userId, Date.now() + TYPING_SHOW_MS);
+    renderTyping();
+    renderConvList();
+    setTimeout(() => { renderTyping(); renderConvList(); }, TYPING_SHOW_MS + 50);
+  }
+
+  function typers(c) {
+    const now = Date.now();
+    return [...c.typing].filter(([, until]) => until > now).map(([u]) => u);
+  }
+
+  function renderTyping() {
+    const c = openConv();
+    const who = c ? typers(c) : [];
+    ui.typing.textContent = who.length === 0 ? ''
+      : who.length === 1 ? `${who[0]} is typing…` : `${who.join(', ')} are typing…`;
+  }
+
+  async function openDM(ev) {
+    ev.preventDefault();
+    ui.sidebarError.textContent = '';
+    const peer = userIdOf(ui.dmUser.value);
+    if (!peer) return;
+    if (peer === me()) { ui.sidebarError.textContent = 'That is you: pick another user.'; return; }
+    try {
+      const r = await request({ type: 'open_dm', userId: peer });
+      onConversation(r.conversation);
+      ui.dmUser.value = '';
+      openConversation(r.conversation.id, { focus: true });
+    } catch (err) {
+      ui.sidebarError.textContent = errorText(err);
+    }
+  }
+
+  async function createGroup(ev) {
+    ev.preventDefault();
+    ui.sidebarError.textContent = '';
+    const members = ui.groupMembers.value.split(/[,\s]+/).map(userIdOf).filter(Boolean);
+    try {
+      const r = await request({ type: 'create_group', name: ui.groupName.value.trim(), members });
+      onConversation(r.conversation);
+      ui.groupName.value = '';
+      ui.groupMembers.value = '';
+      ui.groupDetails.open = false;
+      openConversation(r.conversation.id, { focus: true });
+    } catch (err) {
+      ui.sidebarError.textContent = errorText(err);
+    }
+  }
+
+  function errorText(err) {
+    if (err.code === 'offline' || err.code === 'disconnected') return 'Not connected; try again in a moment.';
+    return err.message || err.code;
+  }
+
+  // renderConvList updates the list in place, so focus stays on the item a keyboard user is on.
+  function renderConvList() {
+    const convs = [...state.convs.values()].sort((a, b) => b.activity - a.activity || (a.id < b.id ? -1 : 1));
+    ui.convEmpty.hidden = convs.length > 0;
+    reconcile(ui.convList, convs.map((c) => ({
+      key: c.id,
+      sig: [convTitle(c), c.unread, c.id === state.openId, typers(c).length, c.kind].join('|'),
+      build: () => convItem(c),
+    })));
+  }
+
+  function convItem(c) {
+    const title = convTitle(c);
+    const label = c.unread > 0 ? `${title}, ${c.unread} unread` : title;
+    return h('li', { class: 'conv-item' },
+      h('button', {
+        type: 'button', class: 'conv', 'data-conv-id': c.id, 'aria-label': label,
+        'aria-current': c.id === state.openId ? 'true' : null,
+        onclick: () => openConversation(c.id, { focus: true }),
+        onkeydown: (e) => moveInList(e),
+      },
+      h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true' }, title.slice(0, 1).toUpperCase()),
+      h('span', { class: 'conv-text' },
+        h('span', { class: 'conv-name' }, title),
+        h('span', { class: 'conv-sub muted' }, typers(c).length ? 'typing…'
+          : c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message')),
+      c.unread > 0 ? h('span', { class: 'badge', 'aria-hidden': 'true' }, c.unread > 999 ? '999+' : String(c.unread)) : null));
+  }
+
+  function moveInList(e) {
+    if (e.key !== 'ArrowDown' && e.key !== 'ArrowUp') return;
+    const buttons = [...ui.convList.querySelectorAll('button.conv')];
+    const i = buttons.indexOf(e.currentTarget) + (e.key === 'ArrowDown' ? 1 : -1);
+    if (buttons[i]) { buttons[i].focus(); e.preventDefault(); }
+  }
+
+  // ---- Message windows -------------------------------------------------------------------------
+
+  // A window holds the messages lo..hi of one conversation with no gap. Seqs are gapless on the
+  // server (deleted messages stay as tombstones), so lo > 1 means there is more above and
+  // hi < lastSeq means there is more below.
+  function newWindow(lo, hi) {
+    return { lo, hi, bySeq: new Map(), hasBefore: lo > 1, hasAfter: false, loading: false };
+  }
+
+  function windowFromPage(c, page) {
+    const msgs = page.messages;
+    const w = msgs.length ? newWindow(msgs[0].seq, msgs[0].seq - 1) : newWindow(c.lastSeq + 1, c.lastSeq);
+    for (const m of msgs) {
+      if (m.seq !== w.hi + 1) break; // never hold a gap
+      w.bySeq.set(m.seq, m);
+      w.hi = m.seq;
+    }
+    w.hasAfter = w.hi < c.lastSeq;
+    return w;
+  }
+
+  async function fetchPage(convId, anchor) {
+    const r = await request({ type: 'history', conversationId: convId, limit: PAGE_SIZE, ...anchor });
+    const page = { messages: r.messages || [], lastSeq: r.lastSeq || 0 };
+    const c = state.convs.get(convId);
+    if (c) c.lastSeq = Math.max(c.lastSeq, page.lastSeq);
+    for (const m of page.messages) confirmFromHistory(m);
+    return page;
+  }
+
+  // deliver puts a live message into its conversation's window, or keeps it until the window that
+  // is being loaded arrives.
+  function deliver(m) {
+    const buf = state.buffers.get(m.conversationId);
+    if (buf) buf.push(m);
+    const w = state.windows.get(m.conversationId);
+    if (w) insertLive(w, m);
+  }
+
+  function insertLive(w, m) {
+    if (m.seq < w.lo) return;
+    if (m.seq <= w.hi) { w.bySeq.set(m.seq, m); return; } // a duplicate (replay, retry): same seq, same place
+    if (w.hasAfter) return; // the window is not at the newest messages; the slider shows more
+    if (m.seq === w.hi + 1) {
+      w.bySeq.set(m.seq, m);
+      w.hi = m.seq;
+      if (w.hi - w.lo + 1 > MAX_WINDOW + PAGE_SIZE && nearBottom()) trimTop(w);
+      return;
+    }
+    w.hasAfter = true; // a gap: fetch it rather than show messages out of order
+    if (state.windows.get(state.openId) === w) loadNewer();
+  }
+
+  function trimTop(w) {
+    while (w.hi - w.lo + 1 > MAX_WINDOW) w.bySeq.delete(w.lo++);
+    w.hasBefore = true;
+  }
+
+  function trimBottom(w) {
+    while (w.hi - w.lo + 1 > MAX_WINDOW) w.bySeq.delete(w.hi--);
+    w.hasAfter = true;
+  }
+
+  // replaceWindow loads a new window for the open conversation (latest page, or around a seq)
+  // and applies the live messages that arrived meanwhile.
+  async function replaceWindow(convId, anchor, scroll) {
+    const view = ++state.view;
+    const buffered = [];
+    state.buffers.set(convId, buffered);
+    ui.loading.hidden = false;
+    let page;
+    try {
+      page = await fetchPage(convId, anchor);
+    } catch (err) {
+      if (view === state.view) {
+        ui.loading.hidden = true;
+        ui.meta.textContent = `Could not load messages: ${errorText(err)}`;
+      }
+      return;
+    } finally {
+      if (state.buffers.get(convId) === buffered) state.buffers.delete(convId);
+    }
+    const c = state.convs.get(convId);
+    if (view !== state.view || !c) return;
+    const w = windowFromPage(c, page);
+    for (const m of buffered) insertLive(w, m);
+    state.windows.set(convId, w);
+    ui.loading.hidden = true;
+    renderMessages(scroll);
+    refreshReceipts();
+  }
+
+  async function loadOlder() {
+    const w = openWindow();
+    if (!w || w.loading || !w.hasBefore) return;
+    w.loading = true;
+    ui.loading.hidden = false;
+    try {
+      const page = await fetchPage(state.openId, { before: w.lo });
+      for (let i = page.messages.length - 1; i >= 0; i--) {
+        const m = page.messages[i];
+        if (m.seq !== w.lo - 1) break;
+        w.bySeq.set(m.seq, m);
+        w.lo = m.seq;
+      }
+      w.hasBefore = w.lo > 1;
+      if (w.hi - w.lo + 1 > MAX_WINDOW) trimBottom(w);
+    } catch { /* shown as still loadable; the next scroll retries */ }
+    w.loading = false;
+    ui.loading.hidden = true;
+    if (openWindow() === w) { renderMessages(); maybeLoadMore(); }
+  }
+
+  async function loadNewer() {
+    const w = openWindow();
+    if (!w || w.loading || !w.hasAfter) return;
+    w.loading = true;
+    try {
+      const page = await fetchPage(state.openId, { after: w.hi });
+      for (const m of page.messages) {
+        if (m.seq !== w.hi + 1) continue;
+        w.bySeq.set(m.seq, m);
+        w.hi = m.seq;
+      }
+      const c = state.convs.get(state.openId);
+      w.hasAfter = !!c && w.hi < c.lastSeq;
+      if (w.hi - w.lo + 1 > MAX_WINDOW) trimTop(w);
+    } catch { /* the next scroll retries */ }
+    w.loading = false;
+    if (openWindow() === w) { renderMessages(); maybeLoadMore(); markVisibleRead(); }
+  }
+
+  function maybeLoadMore() {
+    const w = openWindow();
+    if (!w || w.loading) return;
+    const sc = ui.scroller;
+    if (sc.scrollTop < EDGE_PX && w.hasBefore) loadOlder();
+    else if (sc.scrollHeight - sc.scrollTop - sc.clientHeight < EDGE_PX && w.hasAfter) loadNewer();
+  }
+
+  function nearBottom() {
+    const sc = ui.scroller;
+    return sc.scrollHeight - sc.scrollTop - sc.clientHeight < 60;
+  }
+
+  // ---- Opening a conversation ------------------------------------------------------------------
+
+  function openConversation(id, opts = {}) {
+    const c = state.convs.get(id);
+    if (!c) return;
+    flushRead();
+    state.openId = id;
+    history.replaceState(null, '', `#c=${encodeURIComponent(id)}`);
+    document.body.classList.add('show-conv');
+    showConversation();
+    renderConvList();
+    ui.list.replaceChildren();
+    state.divider = c.unread > 0 ? { convId: id, afterSeq: c.readSeq } : null;
+    const w = state.windows.get(id);
+    if (c.unread > 0) {
+      replaceWindow(id, { around: c.readSeq + 1 }, { toSeq: c.readSeq + 1, divider: true });
+    } else if (w && !w.hasAfter) {
+      state.view++;
+      renderMessages({ bottom: true });
+      refreshReceipts();
+    } else {
+      replaceWindow(id, {}, { bottom: true });
+    }
+    if (opts.focus) ui.input.focus({ preventScroll: true });
+  }
+
+  function closeConversation() {
+    flushRead();
+    state.openId = null;
+    state.view++;
+    document.body.classList.remove('show-conv');
+    history.replaceState(null, '', location.pathname);
+    showConversation();
+    renderConvList();
+  }
+
+  function showConversation() {
+    const c = openConv();
+    ui.noConv.hidden = !!c;
+    ui.convBody.hidden = !c;
+    if (!c) return;
+    ui.title.textContent = convTitle(c);
+    ui.meta.textContent = c.kind === 'group' ? `${c.members.length} members: ${c.members.join(', ')}` : 'Direct message';
+    ui.scroller.setAttribute('aria-label', `Messages with ${convTitle(c)}`);
+    renderTyping();
+  }
+
+  function jumpTo(seq) {
+    const c = openConv();
+    if (!c) return;
+    replaceWindow(c.id, { around: seq }, { toSeq: seq, highlight: true });
+  }
+
+  // ---- Rendering messages ----------------------------------------------------------------------
+
+  // reconcile makes parent's children the keyed items in order, reusing elements whose signature
+  // did not change, so scrolling, focus and screen-reader position survive updates.
+  function reconcile(parent, items) {
+    const old = new Map();
+    for (const e of parent.children) old.set(e.dataset.key, e);
+    let ref = parent.firstElementChild;
+    for (const it of items) {
+      let e = old.get(it.key);
+      if (e && e.dataset.sig !== it.sig) {
+        const fresh = it.build();
+        // Keep focus on a replaced item's button (a list item whose badge changed, say).
+        const hadFocus = e.contains(document.activeElement);
+        e.replaceWith(fresh);
+        if (ref === e) ref = fresh;
+        e = fresh;
+        if (hadFocus) (e.querySelector('button') || e).focus({ preventScroll: true });
+      } else if (!e) {
+        e = it.build();
+      }
+      e.dataset.key = it.key;
+      e.dataset.sig = it.sig;
+      old.delete(it.key);
+      if (e !== ref) parent.insertBefore(e, ref);
+      else ref = ref.nextElementSibling;
+    }
+    for (const e of old.values()) e.remove();
+  }
+
+  function renderMessages(scroll = {}) {
+    const c = openConv();
+    const w = openWindow();
+    const sc = ui.scroller;
+    if (!c || !w) return;
+    const stick = nearBottom();
+    const anchor = scrollAnchor();
+    const myId = me();
+
+    const lastMine = lastOwnSeq(w);
+    const items = [];
+    for (let s = w.lo; s <= w.hi; s++) {
+      const m = w.bySeq.get(s);
+      if (!m) continue;
+      if (state.divider && state.divider.convId === c.id && s === state.divider.afterSeq + 1) {
+        items.push({ key: 'divider', sig: 'divider', build: dividerItem });
+      }
+      const mine = m.senderId === myId;
+      const status = mine ? sentStatus(c, m, s === lastMine) : null;
+      items.push({
+        key: `s${s}`, sig: [m.kind, m.body, status && status.sig].join('|'),
+        build: () => messageItem(c, m, status),
+      });
+    }
+    if (!w.hasAfter) {
+      for (const p of state.pending.values()) {
+        if (p.convId !== c.id) continue;
+        items.push({ key: `p${p.clientMsgId}`, sig: `${p.state}|${p.error || ''}`, build: () => pendingItem(c, p) });
+      }
+    }
+    reconcile(ui.list, items);
+    ui.list.dataset.firstSeq = String(w.bySeq.size ? w.lo : 0);
+    ui.list.dataset.lastSeq = String(w.bySeq.size ? w.hi : 0);
+    ui.list.dataset.hasBefore = String(w.hasBefore);
+    ui.list.dataset.hasAfter = String(w.hasAfter);
+
+    if (scroll.toSeq) {
+      const target = scroll.divider ? ui.list.querySelector('[data-key="divider"]') : null;
+      const e = target || ui.list.querySelector(`[data-seq="${scroll.toSeq}"]`);
+      if (e) {
+        sc.scrollTop += e.getBoundingClientRect().top - sc.getBoundingClientRect().top - (scroll.divider ? 4 : sc.clientHeight / 3);
+        if (scroll.highlight) flash(e);
+      }
+    } else if (scroll.bottom || (stick && !w.hasAfter)) {
+      sc.scrollTop = sc.scrollHeight;
+    } else if (anchor && anchor.e.isConnected) {
+      sc.scrollTop += anchor.e.getBoundingClientRect().top - anchor.top;
+    }
+    ui.jumpLatest.hidden = !w.hasAfter;
+    updateSlider(c);
+    if (scroll.toSeq || scroll.bottom) {
+      // Give layout a frame, then look at what the user sees.
+      setTimeout(() => { maybeLoadMore(); markVisibleRead(); }, 0);
+    } else {
+      markVisibleRead();
+    }
+  }
+
+  function scrollAnchor() {
+    const top = ui.scroller.getBoundingClientRect().top;
+    for (const e of ui.list.children) {
+      const r = e.getBoundingClientRect();
+      if (r.bottom > top) return { e, top: r.top };
+    }
+    return null;
+  }
+
+  function flash(e) {
+    e.classList.add('flash');
+    setTimeout(() => e.classList.remove('flash'), 1600);
+  }
+
+  function lastOwnSeq(w) {
+    for (let s = w.hi; s >= w.lo; s--) {
+      const m = w.bySeq.get(s);
+      if (m && m.senderId === me() && m.kind === 'text') return s;
+    }
+    return 0;
+  }
+
+  // sentStatus says what the sender sees under a confirmed message: ticks in a DM, "read by N"
+  // under the newest own message of a group.
+  function sentStatus(c, m, isLast) {
+    if (c.kind === 'dm') {
+      const read = m.seq <= c.peerReadSeq;
+      return { sig: read ? 'read' : 'sent', read, text: read ? '✓✓' : '✓', label: read ? 'Read' : 'Sent' };
+    }
+    if (isLast && c.readBy && c.readBy.seq === m.seq) {
+      const n = c.readBy.n;
+      return { sig: `by${n}`, readBy: n, text: `Read by ${n}`, label: `Read by ${n}`, title: c.readBy.readers.join(', ') };
+    }
+    return { sig: 'sent', text: '✓', label: 'Sent' };
+  }
+
+  function dividerItem() {
+    return h('li', { class: 'divider', role: 'separator', 'aria-label': 'New messages' }, h('span', {}, 'New messages'));
+  }
+
+  function bodyOf(m) {
+    if (m.kind === 'deleted') return h('p', { class: 'body deleted' }, 'This message was deleted.');
+    return h('p', { class: 'body' }, m.body || '');
+  }
+
+  function messageItem(c, m, status) {
+    const mine = m.senderId === me();
+    if (m.kind === 'system') {
+      return h('li', { class: 'msg system', 'data-seq': m.seq }, h('p', { class: 'body' }, m.body || ''));
+    }
+    const attrs = {
+      class: `msg ${mine ? 'mine' : 'theirs'}`, 'data-seq': m.seq, 'data-sender': m.senderId,
+      'data-state': 'sent', 'data-client-msg-id': m.clientMsgId,
+    };
+    if (status && status.read !== undefined) attrs['data-read'] = String(status.read);
+    if (status && status.readBy !== undefined) attrs['data-read-by'] = String(status.readBy);
+    return h('li', attrs,
+      h('div', { class: 'bubble' },
+        h('span', { class: mine || c.kind === 'dm' ? 'sr-only' : 'sender' }, mine ? 'You' : m.senderId),
+        bodyOf(m),
+        h('span', { class: 'meta' },
+          h('time', { datetime: m.createdAt }, formatTime(m.createdAt)),
+          status ? h('span', { class: `tick ${status.sig}`, role: 'img', 'aria-label': status.label, title: status.title || status.label }, status.text) : null)));
+  }
+
+  function pendingItem(c, p) {
+    const failed = p.state === 'failed';
+    return h('li', { class: `msg mine ${p.state}`, 'data-state': p.state, 'data-client-msg-id': p.clientMsgId },
+      h('div', { class: 'bubble' },
+        h('span', { class: 'sr-only' }, 'You'),
+        h('p', { class: 'body' }, p.body),
+        h('span', { class: 'meta' }, failed
+          ? h('span', { class: 'fail', role: 'alert' }, p.error || 'Not sent.')
+          : h('span', { class: 'tick sending', role: 'img', 'aria-label': 'Sending' }, '…')),
+        failed ? h('span', { class: 'actions' },
+          p.retryable ? h('button', { type: 'button', class: 'retry', onclick: () => attemptSend(p) }, 'Retry') : null,
+          h('button', { type: 'button', class: 'discard link', onclick: () => discardPending(p) }, 'Discard')) : null));
+  }
+
+  function updateSlider(c) {
+    const w = openWindow();
+    ui.jump.hidden = c.lastSeq < 2;
+    if (ui.jump.hidden || !w) return;
+    ui.slider.max = String(c.lastSeq);
+    if (document.activeElement !== ui.slider) ui.slider.value = String(topVisibleSeq() || w.lo);
+    sliderText();
+  }
+
+  function sliderText() {
+    const text = `Message ${ui.slider.value} of ${ui.slider.max}`;
+    ui.sliderOut.textContent = text;
+    ui.slider.setAttribute('aria-valuetext', text);
+  }
+
+  function topVisibleSeq() {
+    const top = ui.scroller.getBoundingClientRect().top;
+    for (const e of ui.list.children) {
+      if (e.dataset.seq && e.getBoundingClientRect().bottom > top) return Number(e.dataset.seq);
+    }
+    return 0;
+  }
+
+  // ---- Read cursors and receipts ---------------------------------------------------------------
+
+  const reads = { convId: null, seq: 0, timer: null, sent: new Map() };
+
+  // markVisibleRead moves the read cursor to the newest message the user can see, if the page is
+  // visible; the frame is sent after READ_DEBOUNCE_MS, or at once when the page is hidden.
+  function markVisibleRead() {
+    const c = openConv();
+    if (!c || document.visibilityState !== 'visible' || ui.convBody.hidden) return;
+    const box = ui.scroller.getBoundingClientRect();
+    let seq = 0;
+    const items = ui.list.children;
+    for (let i = items.length - 1; i >= 0; i--) {
+      const e = items[i];
+      if (!e.dataset.seq) continue;
+      const r = e.getBoundingClientRect();
+      if (r.top < box.bottom - 8 && r.bottom > box.top) { seq = Number(e.dataset.seq); break; }
+    }
+    if (seq <= Math.max(c.readSeq, reads.sent.get(c.id) || 0)) return;
+    if (reads.convId && reads.convId !== c.id) flushRead();
+    reads.convId = c.id;
+    reads.seq = Math.max(reads.seq, seq);
+    if (!reads.timer) reads.timer = setTimeout(flushRead, READ_DEBOUNCE_MS);
+  }
+
+  function flushRead() {
+    clearTimeout(reads.timer);
+    reads.timer = null;
+    if (!reads.convId) return;
+    if (sendFrame({ type: 'read', conversationId: reads.convId, seq: reads.seq })) {
+      reads.sent.set(reads.convId, reads.seq);
+      reads.convId = null;
+      reads.seq = 0;
+    } // not connected: kept, and sent again once the user sees the messages after the sync
+  }
+
+  let receiptsTimer = null;
+  function refreshReceiptsSoon() {
+    clearTimeout(receiptsTimer);
+    receiptsTimer = setTimeout(refreshReceipts, 300);
+  }
+
+  // refreshReceipts asks who read the newest own message of the open conversation: it gives a DM's
+  // peer position (ticks) and a group's "read by N".
+  async function refreshReceipts() {
+    const c = openConv();
+    const w = openWindow();
+    if (!c || !w || !conn.live) return;
+    const seq = lastOwnSeq(w);
+    if (!seq) return;
+    try {
+      const r = await request({ type: 'receipts', conversationId: c.id, seq });
+      const readers = r.readers || [];
+      if (c.kind === 'dm') {
+        for (const rd of readers) if (rd.userId !== me()) c.peerReadSeq = Math.max(c.peerReadSeq, rd.readSeq);
+      }
+      c.readBy = { seq, n: r.readBy || 0, readers: readers.map((rd) => rd.userId) };
+      if (c.id === state.openId) renderMessages();
+    } catch { /* receipts are a nicety; the next receipt push asks again */ }
+  }
+
+  // ---- Sending ---------------------------------------------------------------------------------
+
+  function restorePending() {
+    state.pending.clear();
+    let saved = [];
+    try { saved = JSON.parse(localStorage.getItem(PENDING_KEY + me())) || []; } catch { saved = []; }
+    for (const p of saved) {
+      // Sent before the page was reloaded: maybe stored, maybe not. Retry reuses the id, so it is
+      // stored once either way.
+      state.pending.set(p.clientMsgId, { ...p, state: 'failed', retryable: true, error: 'Not confirmed.' });
+    }
+  }
+
+  function savePending() {
+    if (!state.auth) return;
+    const list = [...state.pending.values()].map(({ clientMsgId, convId, body, createdAt }) => ({ clientMsgId, convId, body, createdAt }));
+    if (list.length) localStorage.setItem(PENDING_KEY + me(), JSON.stringify(list));
+    else localStorage.removeItem(PENDING_KEY + me());
+  }
+
+  function submitMessage(ev) {
+    ev.preventDefault();
+    const c = openConv();
+    const body = ui.input.value;
+    if (!c || !body.trim()) return;
+    if (new TextEncoder().encode(body).length > 16384) {
+      ui.typing.textContent = 'That message is too long (16 KB at most).';
+      return;
+    }
+    ui.input.value = '';
+    autosize();
+    const p = { clientMsgId: uuid(), convId: c.id, body, createdAt: new Date().toISOString(), state: 'sending' };
+    state.pending.set(p.clientMsgId, p);
+    savePending();
+    const w = openWindow();
+    if (w && w.hasAfter) replaceWindow(c.id, {}, { bottom: true }); // show the newest, where the message goes
+    else renderMessages({ bottom: true });
+    attemptSend(p);
+  }
+
+  async function attemptSend(p) {
+    p.state = 'sending';
+    p.error = '';
+    if (p.convId === state.openId) renderMessages({ bottom: true });
+    try {
+      const ack = await request({ type: 'send', conversationId: p.convId, clientMsgId: p.clientMsgId, body: p.body }, SEND_TIMEOUT_MS);
+      confirmSend(p.clientMsgId, ackedMessage(ack, p));
+    } catch (err) {
+      if (!state.pending.has(p.clientMsgId)) return; // confirmed meanwhile by a replay or a late ack
+      p.state = 'failed';
+      p.retryable = err.retryable || ['offline', 'disconnected', 'timeout'].includes(err.code);
+      p.error = err.code === 'offline' || err.code === 'disconnected' ? 'Not sent: offline.'
+        : err.code === 'timeout' ? 'Not confirmed in time.' : `Not sent: ${err.message || err.code}.`;
+      if (p.convId === state.openId) renderMessages();
+    }
+  }
+
+  function ackedMessage(ack, p = state.pending.get(ack.clientMsgId)) {
+    if (!p) return null;
+    return {
+      conversationId: ack.conversationId || p.convId, seq: ack.seq, senderId: me(), kind: 'text',
+      body: p.body, createdAt: ack.createdAt || p.createdAt, clientMsgId: p.clientMsgId,
+    };
+  }
+
+  // confirmSend turns a pending message into the stored one: by its ack, or by the push or page
+  // that carries its clientMsgId, whichever comes first.
+  function confirmSend(clientMsgId, m) {
+    if (!m || !state.pending.has(clientMsgId)) return;
+    state.pending.delete(clientMsgId);
+    savePending();
+    onMessage(m);
+    const c = state.convs.get(m.conversationId);
+    if (c && c.kind === 'group' && c.id === state.openId) refreshReceiptsSoon();
+  }
+
+  function confirmFromHistory(m) {
+    if (m.senderId === me() && m.clientMsgId && state.pending.has(m.clientMsgId)) {
+      state.pending.delete(m.clientMsgId);
+      savePending();
+    }
+  }
+
+  function discardPending(p) {
+    state.pending.delete(p.clientMsgId);
+    savePending();
+    renderMessages();
+  }
+
+  function onMessage(m) {
+    if (!m || !m.conversationId || !(m.seq > 0)) return;
+    if (m.senderId === me() && m.clientMsgId && state.pending.has(m.clientMsgId)) {
+      confirmSend(m.clientMsgId, m);
+      return;
+    }
+    const c = state.convs.get(m.conversationId);
+    const isNew = c && m.seq > c.lastSeq;
+    if (c) {
+      c.lastSeq = Math.max(c.lastSeq, m.seq);
+      c.activity = Math.max(c.activity, Date.parse(m.createdAt) || Date.now());
+      c.typing.delete(m.senderId);
+    }
+    deliver(m);
+    if (m.conversationId === state.openId) {
+      renderMessages();
+      renderTyping();
+    }
+    if (isNew && m.senderId !== me()) {
+      announce(m.conversationId === state.openId ? `${m.senderId}: ${m.body || 'message deleted'}`
+        : `New message from ${m.senderId}`);
+    }
+    renderConvList();
+  }
+
+  // ---- Composer and typing ---------------------------------------------------------------------
+
+  const typingSent = new Map(); // conversation id -> when a typing frame was last sent
+  function onInput() {
+    autosize();
+    const c = openConv();
+    if (!c || !ui.input.value.trim()) return;
+    const last = typingSent.get(c.id) || 0;
+    if (Date.now() - last < TYPING_SEND_EVERY_MS) return;
+    if (sendFrame({ type: 'typing', conversationId: c.id })) typingSent.set(c.id, Date.now());
+  }
+
+  function autosize() {
+    ui.input.style.height = 'auto';
+    ui.input.style.height = `${Math.min(ui.input.scrollHeight, 160)}px`;
+  }
+
+  // ---- Wiring ----------------------------------------------------------------------------------
+
+  ui.loginForm.addEventListener('submit', signIn);
+  ui.signOut.addEventListener('click', () => signOut());
+  ui.reconnectNow.addEventListener('click', () => { conn.attempt = 0; connect(); });
+  ui.dmForm.addEventListener('submit', openDM);
+  ui.groupForm.addEventListener('submit', createGroup);
+  ui.composer.addEventListener('submit', submitMessage);
+  ui.input.addEventListener('input', onInput);
+  ui.input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); ui.composer.requestSubmit(); }
+  });
+  ui.back.addEventListener('click', () => { closeConversation(); ui.convList.querySelector('button')?.focus(); });
+  ui.jumpLatest.addEventListener('click', () => { const c = openConv(); if (c) replaceWindow(c.id, {}, { bottom: true }); });
+  ui.slider.addEventListener('input', sliderText);
+  ui.slider.addEventListener('change', () => jumpTo(Number(ui.slider.value)));
+  ui.scroller.addEventListener('scroll', () => {
+    maybeLoadMore();
+    markVisibleRead();
+    const c = openConv();
+    if (c && document.activeElement !== ui.slider) updateSlider(c);
+  }, { passive: true });
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && document.body.classList.contains('show-conv') && window.matchMedia('(max-width: 700px)').matches) {
+      closeConversation();
+    }
+  });
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'hidden') flushRead();
+    else markVisibleRead();
+  });
+  window.addEventListener('pagehide', flushRead);
+  window.addEventListener('online', () => { if (!conn.ws && state.auth) { conn.attempt = 0; connect(); } });
+  window.addEventListener('resize', () => markVisibleRead());
+
+  state.auth = loadAuth();
+  if (state.auth) start();
+  else showLogin();
+})();
