@@ -215,7 +215,7 @@ type traffic struct {
 	convID    string
 	perMember int
 	stop      chan struct{}
-	wg     sync.WaitGroup
+	wg        sync.WaitGroup
 
 	mu    sync.Mutex
 	acked []sentMessage // in the order the acks came
