@@ -42,7 +42,8 @@ func (c Conversation) IsMember(userID string) bool {
 }
 
 // EnsureConversation stores c unless a conversation with its id exists, and returns the stored
-// one. Opening the same DM twice therefore yields the one conversation of that pair.
+// one. Opening the same DM twice therefore yields the one conversation of that pair. Every member
+// gets a read cursor.
 func (s *Store) EnsureConversation(ctx context.Context, c Conversation) (Conversation, error) {
 	var stored Conversation
 	err := s.conversations.FindOneAndUpdate(ctx,
@@ -52,6 +53,9 @@ func (s *Store) EnsureConversation(ctx context.Context, c Conversation) (Convers
 	).Decode(&stored)
 	if err != nil {
 		return Conversation{}, fmt.Errorf("ensure conversation %s: %w", c.ID, err)
+	}
+	if err := s.createCursors(ctx, stored.ID, stored.Members); err != nil {
+		return Conversation{}, err
 	}
 	return stored, nil
 }
@@ -99,7 +103,7 @@ func (s *Store) AdvanceLastSeq(ctx context.Context, lastSeqs map[string]int64) e
 	return nil
 }
 
-// AddMembers adds users to a group.
+// AddMembers adds users to a group, each with a read cursor.
 func (s *Store) AddMembers(ctx context.Context, id string, userIDs []string) error {
 	_, err := s.conversations.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}},
@@ -107,16 +111,19 @@ func (s *Store) AddMembers(ctx context.Context, id string, userIDs []string) err
 	if err != nil {
 		return fmt.Errorf("add %d members to %s: %w", len(userIDs), id, err)
 	}
-	return nil
+	return s.createCursors(ctx, id, userIDs)
 }
 
-// RemoveMember removes a user from a group.
+// RemoveMember removes a user from a group, with their read cursor.
 func (s *Store) RemoveMember(ctx context.Context, id, userID string) error {
 	_, err := s.conversations.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}},
 		bson.D{{Key: "$pull", Value: bson.D{{Key: "members", Value: userID}}}})
 	if err != nil {
 		return fmt.Errorf("remove %s from %s: %w", userID, id, err)
+	}
+	if _, err := s.cursors.DeleteOne(ctx, bson.D{{Key: "_id", Value: cursorID(userID, id)}}); err != nil {
+		return fmt.Errorf("delete cursor of %s in %s: %w", userID, id, err)
 	}
 	return nil
 }

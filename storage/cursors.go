@@ -27,8 +27,34 @@ func cursorID(userID, conversationID string) string {
 	return userID + "|" + conversationID
 }
 
-// AdvanceCursors raises each cursor to at least its ReadSeq with one unordered bulk of upserting
-// $max updates, so out-of-order reports never move a cursor back.
+// createCursors gives members a cursor at 0 in a conversation. A cursor exists exactly while its
+// user is a member, so a late cursor write for a removed member or a deleted account cannot bring
+// one back. Cursors that exist already are left as they are.
+func (s *Store) createCursors(ctx context.Context, conversationID string, members []string) error {
+	if len(members) == 0 {
+		return nil
+	}
+	docs := make([]any, len(members))
+	for i, m := range members {
+		docs[i] = bson.D{
+			{Key: "_id", Value: cursorID(m, conversationID)},
+			{Key: "userId", Value: m},
+			{Key: "conversationId", Value: conversationID},
+			{Key: "readSeq", Value: int64(0)},
+			{Key: "hidden", Value: false},
+			{Key: "updatedAt", Value: time.Now().UTC()},
+		}
+	}
+	_, err := s.cursors.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	if err != nil && !onlyDuplicates(err) {
+		return fmt.Errorf("create %d cursors in %s: %w", len(docs), conversationID, err)
+	}
+	return nil
+}
+
+// AdvanceCursors raises each cursor to at least its ReadSeq with one unordered bulk of $max
+// updates, so out-of-order reports never move a cursor back. Cursors of users who are no longer
+// members do not exist and are not recreated.
 func (s *Store) AdvanceCursors(ctx context.Context, cursors []Cursor) error {
 	if len(cursors) == 0 {
 		return nil
@@ -40,9 +66,7 @@ func (s *Store) AdvanceCursors(ctx context.Context, cursors []Cursor) error {
 			SetUpdate(bson.D{
 				{Key: "$max", Value: bson.D{{Key: "readSeq", Value: c.ReadSeq}}},
 				{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: c.UpdatedAt}, {Key: "hidden", Value: c.Hidden}}},
-				{Key: "$setOnInsert", Value: bson.D{{Key: "userId", Value: c.UserID}, {Key: "conversationId", Value: c.ConversationID}}},
-			}).
-			SetUpsert(true))
+			}))
 	}
 	if _, err := s.cursors.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		return fmt.Errorf("advance %d read cursors: %w", len(models), err)

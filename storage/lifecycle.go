@@ -52,13 +52,8 @@ func (s *Store) countDeleted(ctx context.Context, conversationID string, n int64
 // HideConversation hides a conversation from one user's list until a message after lastSeq
 // arrives, and marks everything up to lastSeq read, so only newer messages count as unread.
 func (s *Store) HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error {
-	_, err := s.cursors.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: cursorID(userID, conversationID)}},
-		bson.D{
-			{Key: "$max", Value: bson.D{{Key: "readSeq", Value: lastSeq}, {Key: "hiddenSeq", Value: lastSeq}}},
-			{Key: "$setOnInsert", Value: bson.D{{Key: "userId", Value: userID}, {Key: "conversationId", Value: conversationID}}},
-		},
-		options.UpdateOne().SetUpsert(true))
+	_, err := s.cursors.UpdateOne(ctx, bson.D{{Key: "_id", Value: cursorID(userID, conversationID)}},
+		bson.D{{Key: "$max", Value: bson.D{{Key: "readSeq", Value: lastSeq}, {Key: "hiddenSeq", Value: lastSeq}}}})
 	if err != nil {
 		return fmt.Errorf("hide %s for %s: %w", conversationID, userID, err)
 	}
@@ -135,20 +130,25 @@ type BackfillProgress struct {
 // Backfill gives seqs to a legacy messages collection that has none: per conversation, in _id
 // order, continuing after the highest seq already given, so an interrupted run resumes where it
 // stopped and a finished one changes nothing. Messages without a clientMsgId get one derived from
-// their _id. It builds the indexes when every conversation is numbered.
+// their _id, and members without a read cursor get one at 0. It builds the indexes when every
+// conversation is numbered.
 func (s *Store) Backfill(ctx context.Context, progress func(BackfillProgress)) error {
-	cur, err := s.conversations.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := s.conversations.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "members", Value: 1}}))
 	if err != nil {
 		return fmt.Errorf("list conversations to backfill: %w", err)
 	}
 	var convs []struct {
-		ID string `bson:"_id"`
+		ID      string   `bson:"_id"`
+		Members []string `bson:"members"`
 	}
 	if err := cur.All(ctx, &convs); err != nil {
 		return fmt.Errorf("read conversations to backfill: %w", err)
 	}
 	for _, c := range convs {
 		if err := s.backfillConversation(ctx, c.ID, progress); err != nil {
+			return err
+		}
+		if err := s.createCursors(ctx, c.ID, c.Members); err != nil {
 			return err
 		}
 	}

@@ -158,6 +158,20 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 	return nil
 }
 
+// onlyDuplicates reports whether every write error in err is a duplicate key.
+func onlyDuplicates(err error) bool {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return false
+	}
+	for _, we := range bwe.WriteErrors {
+		if we.Code != 11000 {
+			return false
+		}
+	}
+	return true
+}
+
 // duplicateIndex returns the batch index of the first duplicate-key write error in err.
 func duplicateIndex(err error) (int, bool) {
 	var bwe mongo.BulkWriteException
