@@ -128,42 +128,32 @@ func TestOwnerCrashLosesNoAcknowledgedSend(t *testing.T) {
 // is renewing. Either way the nodes carry on over the other two servers, sends succeed again
 // within failoverBound, and nothing acknowledged is lost or doubled.
 func TestNATSServerLossIsSurvived(t *testing.T) {
-	t.Run("server of the owner", func(t *testing.T) {
-		c := startCluster(t)
-		runCrash(t, c, func(owner *chatNode) string {
-			victim, err := c.natsServerOf(owner)
-			if err != nil {
-				t.Fatalf("find the NATS server of %s: %v", owner.id, err)
+	for _, victim := range []struct {
+		name string
+		find func(c *cluster, owner *chatNode) (*natsServer, error)
+	}{
+		{"server of the owner", (*cluster).natsServerOf},
+		{"leader of the lease bucket", func(c *cluster, _ *chatNode) (*natsServer, error) { return c.streamLeader(leaseStream) }},
+	} {
+		t.Run(victim.name, func(t *testing.T) {
+			c := startCluster(t)
+			runCrash(t, c, func(owner *chatNode) string {
+				s, err := victim.find(c, owner)
+				if err != nil {
+					t.Fatalf("find the %s: %v", victim.name, err)
+				}
+				s.kill()
+				return fmt.Sprintf("SIGKILLed %s, the %s (owner %s)", s.name, victim.name, owner.id)
+			})
+			for _, n := range c.nodes {
+				eventually(t, failoverBound, n.id+" ready, on a live NATS server", n.ready)
 			}
-			victim.kill()
-			return "SIGKILLed " + victim.name + ", the NATS server of the owner " + owner.id
 		})
-		c.allReady()
-	})
-	t.Run("leader of the lease bucket", func(t *testing.T) {
-		c := startCluster(t)
-		runCrash(t, c, func(owner *chatNode) string {
-			victim, err := c.streamLeader(leaseStream)
-			if err != nil {
-				t.Fatalf("find the leader of %s: %v", leaseStream, err)
-			}
-			victim.kill()
-			return "SIGKILLed " + victim.name + ", the leader of " + leaseStream + " (owner " + owner.id + ")"
-		})
-		c.allReady()
-	})
+	}
 }
 
 // leaseStream is the JetStream stream behind the partition lease bucket (sequencer.Leases).
 const leaseStream = "KV_" + sequencer.DefaultSubjectPrefix + "-partitions"
-
-// allReady waits until every node answers /readyz, connected to a live NATS server.
-func (c *cluster) allReady() {
-	c.t.Helper()
-	for _, n := range c.nodes {
-		eventually(c.t, failoverBound, n.id+" ready", n.ready)
-	}
-}
 
 // runCrash streams sends from six members into one group, calls crash with the owner of the
 // group's partition once 1,000 are acknowledged, and checks that sends succeed again within

@@ -363,7 +363,33 @@ func startCluster(t *testing.T) *cluster {
 	c.owners(startTimeout)
 	c.startLB()
 	t.Logf("cluster of %d NATS servers, %d chat nodes and nginx started in %s", len(c.nats), len(c.nodes), time.Since(began).Round(time.Millisecond))
+	t.Cleanup(c.stop)
 	return c
+}
+
+// stop stops the load balancer, then the nodes together (they hand their partitions over while
+// NATS and the store are still up), then the NATS servers together. Each process's own cleanup
+// would do the same one process at a time.
+func (c *cluster) stop() {
+	began := time.Now()
+	c.lb.stop()
+	stopAll := func(ps []*process) {
+		var wg sync.WaitGroup
+		for _, p := range ps {
+			wg.Go(p.stop)
+		}
+		wg.Wait()
+	}
+	var nodes, servers []*process
+	for _, n := range c.nodes {
+		nodes = append(nodes, n.process)
+	}
+	for _, s := range c.nats {
+		servers = append(servers, s.process)
+	}
+	stopAll(nodes)
+	stopAll(servers)
+	c.t.Logf("cluster stopped in %s", time.Since(began).Round(time.Millisecond))
 }
 
 func (c *cluster) startNATS() {
