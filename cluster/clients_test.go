@@ -290,6 +290,21 @@ func (tr *traffic) firstAckStartedAfter(since time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// longestStall returns the longest time after since during which no send was acknowledged.
+func (tr *traffic) longestStall(since time.Time) time.Duration {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var longest time.Duration
+	last := since
+	for _, s := range tr.acked { // in ack order
+		if s.acked.After(since) {
+			longest = max(longest, s.acked.Sub(last))
+			last = s.acked
+		}
+	}
+	return longest
+}
+
 // finish waits for the senders, after telling endless ones to stop once their current message
 // is acknowledged, and returns every acknowledged send; a sender that failed fails the test.
 func (tr *traffic) finish(t testing.TB) []sentMessage {
