@@ -97,7 +97,7 @@ func (s *Store) AdvanceLastSeq(ctx context.Context, lastSeqs map[string]int64) e
 			SetFilter(bson.D{{Key: "_id", Value: id}}).
 			SetUpdate(bson.D{{Key: "$max", Value: bson.D{{Key: "lastSeq", Value: seq}}}}))
 	}
-	if _, err := s.conversations.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+	if err := bulkWrite(ctx, s.conversations, models, false); err != nil {
 		return fmt.Errorf("advance lastSeq of %d conversations: %w", len(models), err)
 	}
 	return nil

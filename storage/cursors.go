@@ -68,7 +68,7 @@ func (s *Store) AdvanceCursors(ctx context.Context, cursors []Cursor) error {
 				{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: c.UpdatedAt}, {Key: "hidden", Value: c.Hidden}}},
 			}))
 	}
-	if _, err := s.cursors.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+	if err := bulkWrite(ctx, s.cursors, models, false); err != nil {
 		return fmt.Errorf("advance %d read cursors: %w", len(models), err)
 	}
 	return nil

@@ -116,8 +116,9 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (DeletedAccoun
 	return out, nil
 }
 
-// backfillBatch is how many legacy messages one backfill step numbers with one bulk write.
-const backfillBatch = 1000
+// DefaultBackfillBatch is how many legacy messages one backfill step numbers with one bulk
+// write: big enough that round trips do not dominate, small enough that a step is quick to redo.
+const DefaultBackfillBatch = 1000
 
 // BackfillProgress reports a backfill step: a conversation and how many of its messages have a
 // seq now.
@@ -132,7 +133,11 @@ type BackfillProgress struct {
 // stopped and a finished one changes nothing. Messages without a clientMsgId get one derived from
 // their _id, and members without a read cursor get one at 0. It builds the indexes when every
 // conversation is numbered.
-func (s *Store) Backfill(ctx context.Context, progress func(BackfillProgress)) error {
+// batch is the messages per step (0 means DefaultBackfillBatch); progress may be nil.
+func (s *Store) Backfill(ctx context.Context, batch int, progress func(BackfillProgress)) error {
+	if batch <= 0 {
+		batch = DefaultBackfillBatch
+	}
 	cur, err := s.conversations.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "members", Value: 1}}))
 	if err != nil {
 		return fmt.Errorf("list conversations to backfill: %w", err)
@@ -145,7 +150,7 @@ func (s *Store) Backfill(ctx context.Context, progress func(BackfillProgress)) e
 		return fmt.Errorf("read conversations to backfill: %w", err)
 	}
 	for _, c := range convs {
-		if err := s.backfillConversation(ctx, c.ID, progress); err != nil {
+		if err := s.backfillConversation(ctx, c.ID, batch, progress); err != nil {
 			return err
 		}
 		if err := s.createCursors(ctx, c.ID, c.Members); err != nil {
@@ -155,7 +160,7 @@ func (s *Store) Backfill(ctx context.Context, progress func(BackfillProgress)) e
 	return s.ensureIndexes(ctx)
 }
 
-func (s *Store) backfillConversation(ctx context.Context, convID string, progress func(BackfillProgress)) error {
+func (s *Store) backfillConversation(ctx context.Context, convID string, size int, progress func(BackfillProgress)) error {
 	next, err := s.HighestSeq(ctx, convID)
 	if err != nil {
 		return err
@@ -163,7 +168,7 @@ func (s *Store) backfillConversation(ctx context.Context, convID string, progres
 	for {
 		cur, err := s.messages.Find(ctx,
 			bson.D{{Key: "conversationId", Value: convID}, {Key: "seq", Value: bson.D{{Key: "$exists", Value: false}}}},
-			options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(backfillBatch).
+			options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(size)).
 				SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "clientMsgId", Value: 1}}))
 		if err != nil {
 			return fmt.Errorf("find unnumbered messages of %s: %w", convID, err)
@@ -191,7 +196,7 @@ func (s *Store) backfillConversation(ctx context.Context, convID string, progres
 				SetUpdate(bson.D{{Key: "$set", Value: set}})
 		}
 		// Ordered, so a crash leaves a numbered prefix in _id order and the resume continues it.
-		if _, err := s.messages.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(true)); err != nil {
+		if err := bulkWrite(ctx, s.messages, models, true); err != nil {
 			return fmt.Errorf("number %d messages of %s: %w", len(models), convID, err)
 		}
 		if err := s.AdvanceLastSeq(ctx, map[string]int64{convID: next}); err != nil {
