@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,13 +78,21 @@ func TestTwoPeopleChat(t *testing.T) {
 	bob.screenshot("04-conversation")
 
 	// A reload keeps the sign-in, the open conversation and every message, and nothing is unread.
+	// Bob reloads as soon as a message shows, inside the read debounce: the page sends the read
+	// cursor as it unloads instead of dropping it.
+	alice.typeMessage("see you", true)
+	bob.untilShown(1, 5)
+	framesBefore := len(bob.sentFrames())
 	bob.do("reload", chromedp.Reload())
 	bob.waitConnected()
+	if !sentRead(bob.sentFrames()[framesBefore:], 5) {
+		t.Fatalf("bob's page did not send its read cursor for seq 5 when it was unloaded; frames: %v", bob.sentFrames()[framesBefore:])
+	}
 	bob.waitFor("the DM to reopen after the reload", `document.getElementById('conv-title').textContent === 'alice'`)
-	bob.untilShown(1, 4)
-	assertShown(t, bob, []shownMessage{{1, "alice", "hello 1"}, {2, "alice", "hello 2"}, {3, "alice", "hello 3"}, {4, "bob", "hi Alice"}})
-	if eval[bool](bob, `!document.getElementById('login-view').hidden || document.title !== 'chatd'`) {
-		t.Fatal("after a reload bob is signed out or sees unread messages")
+	bob.untilShown(1, 5)
+	assertShown(t, bob, []shownMessage{{1, "alice", "hello 1"}, {2, "alice", "hello 2"}, {3, "alice", "hello 3"}, {4, "bob", "hi Alice"}, {5, "alice", "see you"}})
+	if state := eval[string](bob, `(document.getElementById('login-view').hidden ? 'signed in' : 'signed out') + ', title ' + document.title + (document.querySelector('#messages > li.divider') ? ', new-messages divider' : '')`); state != "signed in, title chatd" {
+		t.Fatalf("after a reload bob's page is %s; want signed in with nothing unread", state)
 	}
 
 	// A group: Bob's badge counts it, and Alice sees "read by 1" once he has looked.
@@ -168,8 +177,17 @@ func TestHistoryPaging(t *testing.T) {
 			break
 		}
 		first := eval[string](bob, `document.getElementById('messages').dataset.firstSeq`)
-		bob.do("scroll to the top", chromedp.Evaluate[chromedp.Void](`document.getElementById('scroller').scrollTop = 0`))
+		// Measured in the same script that scrolls, before the scroll event can load anything.
+		before := eval[float64](bob, fmt.Sprintf(`(() => {
+			const sc = document.getElementById('scroller');
+			sc.scrollTop = 0;
+			return document.querySelector('#messages > li[data-seq="%s"]').getBoundingClientRect().top - sc.getBoundingClientRect().top;
+		})()`, first))
 		bob.waitFor("an older page", fmt.Sprintf(`document.getElementById('messages').dataset.firstSeq !== %q`, first))
+		after := eval[float64](bob, fmt.Sprintf(`document.querySelector('#messages > li[data-seq="%s"]').getBoundingClientRect().top - document.getElementById('scroller').getBoundingClientRect().top`, first))
+		if d := after - before; d < -2 || d > 2 {
+			t.Fatalf("loading the page before seq %s moved the message the user was reading by %.0f px", first, d)
+		}
 	}
 	bob.untilShown(1, total)
 	want := make([]shownMessage, total)
@@ -209,6 +227,28 @@ func TestHistoryPaging(t *testing.T) {
 	}
 	first := eval[int64](bob, `Number(document.getElementById('messages').dataset.firstSeq)`)
 	bob.untilShown(first, total)
+
+	// Deleted for everyone: the message keeps its place as a tombstone.
+	if _, err := seeder.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: dm.ID, Seq: total}); err != nil {
+		t.Fatalf("delete message %d: %v", total, err)
+	}
+	bob.waitFor("the deleted message's tombstone", fmt.Sprintf(`document.querySelector('#messages > li[data-seq="%d"] .body')?.textContent === 'This message was deleted.'`, total))
+	bob.untilShown(first, total)
+}
+
+// sentRead reports whether frames, up to the first sync (a new page's first frame), hold a read
+// cursor for seq.
+func sentRead(frames []string, seq int64) bool {
+	for _, raw := range frames {
+		var f protocol.ClientFrame
+		if json.Unmarshal([]byte(raw), &f) != nil || f.Type == protocol.TypeSync {
+			return false
+		}
+		if f.Type == protocol.TypeRead && f.Seq == seq {
+			return true
+		}
+	}
+	return false
 }
 
 func seedBody(i int) string { return fmt.Sprintf("seed %03d", i) }
@@ -287,7 +327,10 @@ func TestServerRestart(t *testing.T) {
 // written while offline is retried with the same clientMsgId; nothing is stored twice.
 func TestNetworkDrop(t *testing.T) {
 	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
+	cfg := env.NodeConfig()
+	// Two quick sends pass, a third is refused as retryable; the Retry at the end needs this.
+	cfg.Session.SendRate, cfg.Session.SendBurst = 1, 2
+	n := testenv.StartNode(t, cfg)
 	link := newFlakyNetwork(t, n.Addr())
 	ctx := ctxT(t, time.Minute)
 	bobConn := testenv.Connect(t, n.URL(), "bob")
@@ -328,8 +371,38 @@ func TestNetworkDrop(t *testing.T) {
 	assertShown(t, alice, want)
 	assertStored(t, ctx, bobConn, got.ConversationID, want)
 
-	// Every send frame of one message carried the same clientMsgId.
+	// A burst past the send limit: the server refuses with a retryable error after the frame went
+	// out, and Retry sends it again until it passes.
+	burst := []string{"burst 1", "burst 2", "burst 3"}
+	for _, body := range burst {
+		alice.typeMessage(body, true)
+	}
+	alice.waitFor("a send refused by the rate limit", `!!document.querySelector('#messages > li[data-state="failed"] button.retry')`)
+	alice.do("retry until the burst is stored", chromedp.Poll[chromedp.Void](`(() => {
+		document.querySelector('#messages > li[data-state="failed"] button.retry')?.click();
+		return document.querySelectorAll('#messages > li[data-seq]').length === 6 && !document.querySelector('#messages > li:not([data-seq])');
+	})()`, chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(waitTimeout)))
+	// A retried message may land after one sent later; each must be there once, gapless.
+	shown := shownMessages(alice)
+	if len(shown) != 6 || !slices.Equal(shown[:3], want) {
+		t.Fatalf("after the burst alice shows %v", shown)
+	}
+	var bodies []string
+	for i, m := range shown[3:] {
+		if m.Seq != int64(4+i) || m.Sender != "alice" {
+			t.Fatalf("burst message %d = %+v", i, m)
+		}
+		bodies = append(bodies, m.Body)
+	}
+	if slices.Sort(bodies); !slices.Equal(bodies, burst) {
+		t.Fatalf("the burst shows as %v, want each of %v once", bodies, burst)
+	}
+	want = shown
+	assertStored(t, ctx, bobConn, got.ConversationID, want)
+
+	// Every send frame of one message carried the same clientMsgId, and one was sent more than once.
 	ids := map[string]map[string]bool{}
+	frames := map[string]int{}
 	for _, raw := range alice.sentFrames() {
 		var f protocol.ClientFrame
 		if json.Unmarshal([]byte(raw), &f) != nil || f.Type != protocol.TypeSend {
@@ -339,11 +412,17 @@ func TestNetworkDrop(t *testing.T) {
 			ids[f.Body] = map[string]bool{}
 		}
 		ids[f.Body][f.ClientMsgID] = true
+		frames[f.Body]++
 	}
+	resent := false
 	for _, m := range want {
 		if len(ids[m.Body]) != 1 {
 			t.Fatalf("the sends of %q used clientMsgIds %v, want exactly one", m.Body, ids[m.Body])
 		}
+		resent = resent || frames[m.Body] > 1
+	}
+	if !resent {
+		t.Fatalf("no message was sent twice (frames per body: %v): the retry path was not exercised", frames)
 	}
 }
 

@@ -18,6 +18,7 @@
   const TOKEN_CHECK_EVERY_MS = 30000; // at most one token check per this long while failing
   const AUTH_KEY = 'chatd.auth';
   const PENDING_KEY = 'chatd.pending.';
+  const READS_KEY = 'chatd.reads.'; // read cursors sent while the page unloaded, in case they were lost
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -152,6 +153,10 @@
 
   function signOut(message) {
     flushRead();
+    if (state.auth) {
+      localStorage.removeItem(PENDING_KEY + me());
+      localStorage.removeItem(READS_KEY + me());
+    }
     localStorage.removeItem(AUTH_KEY);
     state.auth = null;
     disconnect();
@@ -305,6 +310,8 @@
       case 'receipt': onReceipt(f); break;
       case 'typing': onTyping(f); break;
       case 'removed': removeConv(f.conversationId); break;
+      case 'hidden': onHidden(f); break;
+      case 'deleted': onDeleted(f); break;
       case 'error': ui.sidebarError.textContent = f.message || f.code; break;
       default: break; // frames added to the protocol later are ignored
     }
@@ -332,6 +339,7 @@
       return;
     }
     applyConversationList(reply.conversations || []);
+    resendSavedReads();
     setStatus('connected', 'Connected');
     for (const [id, w] of state.windows) {
       const c = state.convs.get(id);
@@ -356,6 +364,7 @@
       c = {
         id: v.id, kind: v.kind, name: v.name || '', members: [], lastSeq: 0, readSeq: 0, unread: 0,
         activity: Date.parse(v.createdAt) || 0, peerReadSeq: 0, readBy: null, typing: new Map(),
+        firstSeq: 1, // the oldest seq this user can see; later after "delete conversation for me"
       };
       state.convs.set(v.id, c);
     }
@@ -409,6 +418,7 @@
   function onBadge(f) {
     if (typeof f.total === 'number') state.total = f.total;
     const c = f.conversationId && state.convs.get(f.conversationId);
+    if (f.conversationId && !c) refreshListSoon();
     if (c) {
       if (typeof f.unread === 'number') c.unread = f.unread;
       c.readSeq = Math.max(c.readSeq, f.readSeq || 0);
@@ -416,6 +426,40 @@
     }
     updateTitle();
     renderConvList();
+  }
+
+  let listTimer = null;
+  function refreshListSoon() {
+    clearTimeout(listTimer);
+    listTimer = setTimeout(async () => {
+      try {
+        const r = await request({ type: 'list_conversations' });
+        applyConversationList(r.conversations || []);
+        if (state.openId) showConversation();
+      } catch { /* the next sync brings the list */ }
+    }, 200);
+  }
+
+  // onHidden: the user deleted the conversation for themselves (here or on another device). It
+  // leaves the list until someone writes in it again, and its history now starts after seq.
+  function onHidden(f) {
+    const c = state.convs.get(f.conversationId);
+    if (!c) return;
+    c.firstSeq = Math.max(c.firstSeq, (f.seq || 0) + 1);
+    c.unread = 0;
+    state.windows.delete(c.id);
+    if (state.openId === c.id) closeConversation();
+    recountTotal();
+    renderConvList();
+  }
+
+  // onDeleted: a message was deleted for everyone; it stays in place as a tombstone.
+  function onDeleted(f) {
+    const w = state.windows.get(f.conversationId);
+    const m = w && w.bySeq.get(f.seq);
+    if (!m) return;
+    w.bySeq.set(f.seq, { ...m, kind: 'deleted', body: '' });
+    if (f.conversationId === state.openId) renderMessages();
   }
 
   function onCursor(f) {
@@ -497,31 +541,39 @@
 
   // renderConvList updates the list in place, so focus stays on the item a keyboard user is on.
   function renderConvList() {
-    const convs = [...state.convs.values()].sort((a, b) => b.activity - a.activity || (a.id < b.id ? -1 : 1));
+    const convs = [...state.convs.values()].filter((c) => c.lastSeq >= c.firstSeq || c.lastSeq === 0).sort((a, b) => b.activity - a.activity || (a.id < b.id ? -1 : 1));
     ui.convEmpty.hidden = convs.length > 0;
     reconcile(ui.convList, convs.map((c) => ({
       key: c.id,
-      sig: [convTitle(c), c.unread, c.id === state.openId, typers(c).length, c.kind].join('|'),
-      build: () => convItem(c),
+      sig: [convTitle(c), c.unread, c.id === state.openId, typers(c).length, c.kind, c.members.length].join('|'),
+      build: () => {
+        const li = h('li', { class: 'conv-item' }, h('button', {
+          type: 'button', class: 'conv', 'data-conv-id': c.id,
+          onclick: () => openConversation(c.id, { focus: true }),
+          onkeydown: (e) => moveInList(e),
+        }));
+        fillConvItem(li, c);
+        return li;
+      },
+      update: (li) => fillConvItem(li, c),
     })));
   }
 
-  function convItem(c) {
+  // fillConvItem updates a list entry in place: the button stays the same element, so focus,
+  // hover and a click in progress survive a badge change.
+  function fillConvItem(li, c) {
     const title = convTitle(c);
-    const label = c.unread > 0 ? `${title}, ${c.unread} unread` : title;
-    return h('li', { class: 'conv-item' },
-      h('button', {
-        type: 'button', class: 'conv', 'data-conv-id': c.id, 'aria-label': label,
-        'aria-current': c.id === state.openId ? 'true' : null,
-        onclick: () => openConversation(c.id, { focus: true }),
-        onkeydown: (e) => moveInList(e),
-      },
+    const button = li.firstElementChild;
+    button.setAttribute('aria-label', c.unread > 0 ? `${title}, ${c.unread} unread` : title);
+    if (c.id === state.openId) button.setAttribute('aria-current', 'true');
+    else button.removeAttribute('aria-current');
+    button.replaceChildren(
       h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true' }, title.slice(0, 1).toUpperCase()),
       h('span', { class: 'conv-text' },
         h('span', { class: 'conv-name' }, title),
         h('span', { class: 'conv-sub muted' }, typers(c).length ? 'typing…'
           : c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message')),
-      c.unread > 0 ? h('span', { class: 'badge', 'aria-hidden': 'true' }, c.unread > 999 ? '999+' : String(c.unread)) : null));
+      c.unread > 0 ? h('span', { class: 'badge', 'aria-hidden': 'true' }, c.unread > 999 ? '999+' : String(c.unread)) : null);
   }
 
   function moveInList(e) {
@@ -534,10 +586,10 @@
   // ---- Message windows -------------------------------------------------------------------------
 
   // A window holds the messages lo..hi of one conversation with no gap. Seqs are gapless on the
-  // server (deleted messages stay as tombstones), so lo > 1 means there is more above and
+  // server (deleted messages stay as tombstones), so lo > firstSeq means there is more above and
   // hi < lastSeq means there is more below.
   function newWindow(lo, hi) {
-    return { lo, hi, bySeq: new Map(), hasBefore: lo > 1, hasAfter: false, loading: false };
+    return { lo, hi, bySeq: new Map(), hasBefore: false, hasAfter: false, loading: false };
   }
 
   function windowFromPage(c, page) {
@@ -548,15 +600,24 @@
       w.bySeq.set(m.seq, m);
       w.hi = m.seq;
     }
-    w.hasAfter = w.hi < c.lastSeq;
+    setEnds(c, w);
     return w;
+  }
+
+  function setEnds(c, w) {
+    w.hasBefore = w.lo > c.firstSeq;
+    w.hasAfter = w.hi < c.lastSeq;
   }
 
   async function fetchPage(convId, anchor) {
     const r = await request({ type: 'history', conversationId: convId, limit: PAGE_SIZE, ...anchor });
     const page = { messages: r.messages || [], lastSeq: r.lastSeq || 0 };
     const c = state.convs.get(convId);
-    if (c) c.lastSeq = Math.max(c.lastSeq, page.lastSeq);
+    if (c) {
+      c.lastSeq = Math.max(c.lastSeq, page.lastSeq);
+      // firstSeq is 0 when nothing is visible: everything up to lastSeq was deleted for this user.
+      c.firstSeq = r.firstSeq || page.lastSeq + 1;
+    }
     for (const m of page.messages) confirmFromHistory(m);
     return page;
   }
@@ -636,12 +697,12 @@
         w.bySeq.set(m.seq, m);
         w.lo = m.seq;
       }
-      w.hasBefore = w.lo > 1;
+      setEnds(state.convs.get(state.openId), w);
       if (w.hi - w.lo + 1 > MAX_WINDOW) trimBottom(w);
     } catch { /* shown as still loadable; the next scroll retries */ }
     w.loading = false;
     ui.loading.hidden = true;
-    if (openWindow() === w) { renderMessages(); maybeLoadMore(); }
+    if (openWindow() === w) renderMessages();
   }
 
   async function loadNewer() {
@@ -655,12 +716,11 @@
         w.bySeq.set(m.seq, m);
         w.hi = m.seq;
       }
-      const c = state.convs.get(state.openId);
-      w.hasAfter = !!c && w.hi < c.lastSeq;
+      setEnds(state.convs.get(state.openId), w);
       if (w.hi - w.lo + 1 > MAX_WINDOW) trimTop(w);
     } catch { /* the next scroll retries */ }
     w.loading = false;
-    if (openWindow() === w) { renderMessages(); maybeLoadMore(); markVisibleRead(); }
+    if (openWindow() === w) renderMessages();
   }
 
   function maybeLoadMore() {
@@ -732,21 +792,21 @@
   // ---- Rendering messages ----------------------------------------------------------------------
 
   // reconcile makes parent's children the keyed items in order, reusing elements whose signature
-  // did not change, so scrolling, focus and screen-reader position survive updates.
+  // did not change (or updating them in place, for items that can), so scrolling, focus and
+  // screen-reader position survive updates.
   function reconcile(parent, items) {
     const old = new Map();
     for (const e of parent.children) old.set(e.dataset.key, e);
     let ref = parent.firstElementChild;
     for (const it of items) {
       let e = old.get(it.key);
-      if (e && e.dataset.sig !== it.sig) {
+      if (e && e.dataset.sig !== it.sig && it.update) {
+        it.update(e);
+      } else if (e && e.dataset.sig !== it.sig) {
         const fresh = it.build();
-        // Keep focus on a replaced item's button (a list item whose badge changed, say).
-        const hadFocus = e.contains(document.activeElement);
         e.replaceWith(fresh);
         if (ref === e) ref = fresh;
         e = fresh;
-        if (hadFocus) (e.querySelector('button') || e).focus({ preventScroll: true });
       } else if (!e) {
         e = it.build();
       }
@@ -809,12 +869,9 @@
     }
     ui.jumpLatest.hidden = !w.hasAfter;
     updateSlider(c);
-    if (scroll.toSeq || scroll.bottom) {
-      // Give layout a frame, then look at what the user sees.
-      setTimeout(() => { maybeLoadMore(); markVisibleRead(); }, 0);
-    } else {
-      markVisibleRead();
-    }
+    // After layout, look at what the user sees: mark it read, and fetch more if an edge that has
+    // more is in view (a short page, or a gap found after a reconnect scrolls nothing).
+    setTimeout(() => { maybeLoadMore(); markVisibleRead(); }, 0);
   }
 
   function scrollAnchor() {
@@ -898,8 +955,9 @@
 
   function updateSlider(c) {
     const w = openWindow();
-    ui.jump.hidden = c.lastSeq < 2;
+    ui.jump.hidden = c.lastSeq - c.firstSeq < 1;
     if (ui.jump.hidden || !w) return;
+    ui.slider.min = String(c.firstSeq);
     ui.slider.max = String(c.lastSeq);
     if (document.activeElement !== ui.slider) ui.slider.value = String(topVisibleSeq() || w.lo);
     sliderText();
@@ -953,6 +1011,37 @@
       reads.convId = null;
       reads.seq = 0;
     } // not connected: kept, and sent again once the user sees the messages after the sync
+  }
+
+  // flushReadUnloading sends the pending read cursor as the page goes away, and also keeps it in
+  // localStorage: a frame sent during unload can be lost, and the next page load sends it again.
+  function flushReadUnloading() {
+    if (!state.auth) return;
+    const saved = savedReads();
+    const keep = (id, seq) => { if (id && seq) saved[id] = Math.max(saved[id] || 0, seq); };
+    keep(reads.convId, reads.seq);
+    for (const [id, seq] of reads.sent) keep(id, seq);
+    localStorage.setItem(READS_KEY + me(), JSON.stringify(saved));
+    flushRead();
+  }
+
+  function savedReads() {
+    try { return JSON.parse(localStorage.getItem(READS_KEY + me())) || {}; } catch { return {}; }
+  }
+
+  // resendSavedReads runs after a sync: a saved cursor ahead of the server's is applied here at once
+  // and sent again; the server answers with the badge.
+  function resendSavedReads() {
+    const saved = savedReads();
+    localStorage.removeItem(READS_KEY + me());
+    for (const [id, seq] of Object.entries(saved)) {
+      const c = state.convs.get(id);
+      if (!c || seq <= c.readSeq) continue;
+      if (!sendFrame({ type: 'read', conversationId: id, seq })) continue;
+      c.readSeq = Math.min(seq, c.lastSeq);
+      c.unread = Math.max(0, c.lastSeq - c.readSeq);
+    }
+    recountTotal();
   }
 
   let receiptsTimer = null;
@@ -1077,6 +1166,9 @@
     }
     const c = state.convs.get(m.conversationId);
     const isNew = c && m.seq > c.lastSeq;
+    // A conversation this page does not know (deleted for me, then written to again), or a
+    // membership change: the list tells the rest.
+    if (!c || m.kind === 'system') refreshListSoon();
     if (c) {
       c.lastSeq = Math.max(c.lastSeq, m.seq);
       c.activity = Math.max(c.activity, Date.parse(m.createdAt) || Date.now());
@@ -1139,10 +1231,13 @@
     }
   });
   document.addEventListener('visibilitychange', () => {
-    if (document.visibilityState === 'hidden') flushRead();
+    if (document.visibilityState === 'hidden') flushReadUnloading();
     else markVisibleRead();
   });
-  window.addEventListener('pagehide', flushRead);
+  // beforeunload comes while the next page is still being fetched, so the read frame has time to
+  // leave; by pagehide the socket is torn down with whatever is still buffered.
+  window.addEventListener('beforeunload', flushReadUnloading);
+  window.addEventListener('pagehide', flushReadUnloading);
   window.addEventListener('online', () => { if (!conn.ws && state.auth) { conn.attempt = 0; connect(); } });
   window.addEventListener('resize', () => markVisibleRead());
 
