@@ -85,11 +85,12 @@ func (m *membership) unread() int64 { return max(0, m.lastSeq-m.readSeq) }
 
 // liveConversation is a conversation with at least one member online on this node.
 type liveConversation struct {
-	id      string
-	kind    string
-	members int // total members, for the live-receipts decision
-	local   map[string]*onlineUser
-	sub     *nats.Subscription
+	id        string
+	kind      string
+	members   int // total members, for the live-receipts decision
+	local     map[string]*onlineUser
+	sub       *nats.Subscription
+	delivered seqWindow
 }
 
 // New returns a hub. reads receives every cursor move and is flushed on disconnect.
@@ -203,7 +204,8 @@ func (h *Hub) join(u *onlineUser, convID, kind string, members int, lastSeq, rea
 		if err := sub.SetPendingLimits(-1, -1); err != nil {
 			return fmt.Errorf("set pending limits for %s: %w", convID, err)
 		}
-		c = &liveConversation{id: convID, kind: kind, members: members, local: make(map[string]*onlineUser), sub: sub}
+		c = &liveConversation{id: convID, kind: kind, members: members, local: make(map[string]*onlineUser), sub: sub,
+			delivered: seqWindow{high: lastSeq}}
 		h.convs[convID] = c
 	}
 	c.members = max(c.members, members)
@@ -306,8 +308,8 @@ func (h *Hub) deliverMessage(data []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c, ok := h.convs[msg.ConversationID]
-	if !ok {
-		return
+	if !ok || !c.delivered.mark(msg.Seq) {
+		return // nobody here, or a republished message this node already delivered
 	}
 	for _, u := range c.local {
 		ms, ok := u.memberships[msg.ConversationID]
@@ -327,6 +329,33 @@ func (h *Hub) deliverMessage(data []byte) {
 			if badge != nil {
 				s.Enqueue(badge)
 			}
+		}
+	}
+}
+
+// Resync delivers what the live conversations stored while this node could not hear NATS (a
+// reconnect drops what was published meanwhile): per conversation, the messages after the highest
+// seq delivered here, up to SyncLimit; clients fill anything beyond from history.
+func (h *Hub) Resync(ctx context.Context) {
+	h.mu.Lock()
+	after := make(map[string]int64, len(h.convs))
+	for id, c := range h.convs {
+		after[id] = c.delivered.high
+	}
+	h.mu.Unlock()
+	for id, seq := range after {
+		msgs, err := h.store.MessageRange(ctx, id, seq+1, seq+int64(h.cfg.SyncLimit))
+		if err != nil {
+			h.log.Warn().Err(err).Str("conversation", id).Msg("resync after reconnect")
+			continue
+		}
+		for _, m := range msgs {
+			data, err := json.Marshal(sequencer.WireMessage(m))
+			if err != nil {
+				h.log.Error().Err(err).Msg("encode resynced message")
+				continue
+			}
+			h.deliverMessage(data)
 		}
 	}
 }

@@ -102,6 +102,11 @@ type Node struct {
 	http     *http.Server
 	listener net.Listener
 	served   chan error
+
+	// reconnected is signalled by NATS reconnects; resync delivers what was missed meanwhile.
+	reconnected chan struct{}
+	stopResync  chan struct{}
+	resyncDone  chan struct{}
 }
 
 // Start connects everything and begins serving. On error everything started so far is stopped.
@@ -119,7 +124,8 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log, served: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: log, served: make(chan error, 1), reconnected: make(chan struct{}, 1),
+		stopResync: make(chan struct{}), resyncDone: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			n.stopParts()
@@ -130,8 +136,18 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		nats.Name("chatd "+cfg.NodeID),
 		nats.MaxReconnects(-1),
 		nats.ReconnectBufSize(natsReconnectBuffer),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn().Err(err).Msg("nats disconnected") }),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info().Str("server", c.ConnectedUrl()).Msg("nats reconnected") }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil is our own Close at shutdown
+				log.Warn().Err(err).Msg("nats disconnected")
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info().Str("server", c.ConnectedUrl()).Msg("nats reconnected")
+			select {
+			case n.reconnected <- struct{}{}:
+			default: // a resync is already due
+			}
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
 			if sub != nil {
@@ -161,6 +177,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if err != nil {
 		return nil, err
 	}
+	go n.resyncOnReconnect()
 	authenticator, err := auth.New(cfg.JWTSecret, cfg.DevMode)
 	if err != nil {
 		return nil, err
@@ -183,6 +200,22 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	go func() { n.served <- n.http.Serve(n.listener) }()
 	log.Info().Str("addr", n.listener.Addr().String()).Int("partitions", n.seq.Partitions()).Msg("chat node serving")
 	return n, nil
+}
+
+// resyncOnReconnect runs until shutdown: after each NATS reconnect the hub delivers what its live
+// conversations stored while the node was cut off.
+func (n *Node) resyncOnReconnect() {
+	defer close(n.resyncDone)
+	for {
+		select {
+		case <-n.reconnected:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			n.hub.Resync(ctx)
+			cancel()
+		case <-n.stopResync:
+			return
+		}
+	}
 }
 
 // Addr is the address the node listens on.
@@ -216,6 +249,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 // stopParts stops what Start started, in reverse order; parts not started are nil.
 func (n *Node) stopParts() {
+	if n.hub != nil {
+		close(n.stopResync)
+		<-n.resyncDone
+	}
 	if n.leases != nil {
 		n.leases.Close()
 	}

@@ -50,6 +50,9 @@ type entry struct {
 	result   *protocol.Message
 	code     string
 	assigned bool // the send was given a new seq in this batch
+	// stored is the message as it is in the store, once that is known: new, or found again for a
+	// retry. It is published even if it cannot be acked.
+	stored *protocol.Message
 }
 
 func newPartition(s *Sequencer, id int, stillOwner func() bool) *partition {
@@ -179,7 +182,7 @@ func (p *partition) flush(batch []pending) {
 			e.result, e.code = nil, codeUnavailable
 		}
 	}
-	p.publish(fresh)
+	p.publish(entries)
 	for _, e := range entries {
 		if e.result != nil && e.req.ClientMsgID != "" {
 			p.recent.add(recentKey(e.req.ConversationID, e.req.ClientMsgID), *e.result)
@@ -208,7 +211,7 @@ func (p *partition) assign(ctx context.Context, e *entry, key string) {
 		return
 	}
 	if m, ok := p.recent.get(key); ok {
-		e.result = &m
+		e.result, e.stored = &m, &m
 		return
 	}
 	c.lastSeq++
@@ -250,7 +253,7 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 		switch {
 		case err == nil:
 			m := WireMessage(stored)
-			bad.result, bad.assigned = &m, false
+			bad.result, bad.stored, bad.assigned = &m, &m, false
 			if stored.Seq != bad.msg.Seq {
 				// Stored earlier under another seq: the slot this batch gave it is free again.
 				for _, e := range after {
@@ -286,7 +289,7 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 // anywhere between the remembered and the assigned value.
 func (p *partition) fail(entries []*entry) {
 	for _, e := range entries {
-		e.result, e.code, e.assigned = nil, codeUnavailable, false
+		e.result, e.code, e.assigned, e.stored = nil, codeUnavailable, false, nil
 		delete(p.convs, e.req.ConversationID)
 	}
 }
@@ -311,20 +314,24 @@ func (p *partition) advanceLastSeq(ctx context.Context, entries []*entry) {
 	}
 }
 
-// publish sends the stored messages, in seq order, to their conversations' fan-out subjects.
-func (p *partition) publish(fresh []*entry) {
-	for _, e := range fresh {
-		if !e.assigned {
+// publish sends the batch's stored messages to their conversations' fan-out subjects: new ones
+// in seq order, and again those a client retried, because a retry may mean the owner that stored
+// a message died before publishing it. Receivers drop a seq they already have.
+func (p *partition) publish(entries []*entry) {
+	published := make(map[*entry]bool, len(entries))
+	for _, e := range entries {
+		if e.stored == nil || published[e] {
 			continue
 		}
-		data, err := json.Marshal(WireMessage(e.msg))
+		published[e] = true
+		data, err := json.Marshal(*e.stored)
 		if err != nil {
 			p.seq.log.Error().Err(err).Msg("encode message event")
 			continue
 		}
-		if err := p.seq.nc.Publish(p.seq.MessageSubject(e.msg.ConversationID), data); err != nil {
+		if err := p.seq.nc.Publish(p.seq.MessageSubject(e.stored.ConversationID), data); err != nil {
 			// Members' clients fill the gap from history when the next message arrives.
-			p.seq.log.Error().Err(err).Str("conversation", e.msg.ConversationID).Msg("publish message")
+			p.seq.log.Error().Err(err).Str("conversation", e.stored.ConversationID).Msg("publish message")
 		}
 	}
 }
@@ -404,7 +411,7 @@ func messagesOf(entries []*entry) []storage.Message {
 func markStored(entries []*entry) {
 	for _, e := range entries {
 		m := WireMessage(e.msg)
-		e.result = &m
+		e.result, e.stored = &m, &m
 	}
 }
 
