@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,12 +21,6 @@ import (
 	"github.com/chatd/chatd/testenv"
 )
 
-// Binaries the tests run; each env var may name a prebuilt one.
-const (
-	chatdBinEnv = "CHAT_TEST_CHATD_BIN"
-	natsBinEnv  = "CHAT_TEST_NATS_BIN"
-)
-
 // Harness settings, each with its reason.
 const (
 	// clusterSize is three of everything: the smallest cluster that keeps a majority after losing one.
@@ -46,55 +39,6 @@ const (
 
 // repoRoot is where nats.conf and deploy/ are, seen from this package's directory.
 const repoRoot = ".."
-
-// binDir holds the binaries built for this test run; TestMain removes it.
-var binDir string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "chatd-cluster-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "make build dir:", err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	_ = os.RemoveAll(dir) // a leftover temp dir is harmless
-	os.Exit(code)
-}
-
-// binary is a Go main package built once per test run, without the race detector: the child
-// processes are the system under test, and under -race they would be several times slower.
-type binary struct {
-	env, pkg, name string
-	once           sync.Once
-	path           string
-	err            error
-}
-
-var (
-	chatdBinary = &binary{env: chatdBinEnv, pkg: "github.com/chatd/chatd/cmd/chatd", name: "chatd"}
-	natsBinary  = &binary{env: natsBinEnv, pkg: "github.com/nats-io/nats-server/v2", name: "nats-server"}
-)
-
-func (b *binary) get(t testing.TB) string {
-	t.Helper()
-	b.once.Do(func() {
-		if p := os.Getenv(b.env); p != "" {
-			b.path = p
-			return
-		}
-		b.path = filepath.Join(binDir, b.name)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if out, err := exec.CommandContext(ctx, "go", "build", "-o", b.path, b.pkg).CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("build %s: %w: %s", b.pkg, err, out)
-		}
-	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	return b.path
-}
 
 // nginxBinary finds Debian's nginx, which is not on a non-root PATH. The multi-node tests need a
 // real load balancer, so its absence fails them rather than skipping them.
@@ -393,7 +337,7 @@ func (c *cluster) stop() {
 }
 
 func (c *cluster) startNATS() {
-	bin := natsBinary.get(c.t)
+	bin := testenv.NATSBinary.Path(c.t)
 	ports := testenv.FreePorts(c.t, 3*clusterSize)
 	routes := make([]string, clusterSize)
 	for i := range clusterSize {
@@ -423,7 +367,7 @@ func (c *cluster) natsURLs() string {
 }
 
 func (c *cluster) startNodes() {
-	bin := chatdBinary.get(c.t)
+	bin := testenv.ChatdBinary.Path(c.t)
 	ports := testenv.FreePorts(c.t, clusterSize)
 	for i, port := range ports {
 		id := fmt.Sprintf("chat-%d", i+1)

@@ -1,0 +1,114 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/testenv"
+)
+
+// startChatd runs the real binary on its embedded defaults (in-process NATS, embedded store)
+// in dataDir, and waits until it is ready.
+func startChatd(t *testing.T, dataDir, addr string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(testenv.ChatdBinary.Path(t))
+	cmd.Env = append(os.Environ(), "CHAT_DATA_DIR="+dataDir, "CHAT_ADDR="+addr, "CHAT_LOG_LEVEL=warn")
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "chatd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start chatd: %v", err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill() // the test failed before stopping it
+			_ = cmd.Wait()
+		}
+	})
+	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "chatd to be ready")
+	return cmd
+}
+
+func stopChatd(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("chatd did not stop cleanly on SIGTERM: %v", err)
+	}
+}
+
+// TestRestartKeepsHistoryAndSeqs restarts the server on the same data directory: history, seqs
+// and dev-mode tokens carry over, and the next seq is the last plus one.
+func TestRestartKeepsHistoryAndSeqs(t *testing.T) {
+	dataDir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
+	base := "http://" + addr
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	server := startChatd(t, dataDir, addr)
+	token, _, err := client.Login(ctx, nil, base, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := client.Login(ctx, nil, base, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	alice, err := client.Dial(ctx, "ws://"+addr+"/ws", token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		if _, err := alice.Send(ctx, dm.ID, fmt.Sprintf("before restart %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopChatd(t, server)
+	<-alice.Done()
+
+	server = startChatd(t, dataDir, addr)
+	defer stopChatd(t, server)
+	alice, err = client.Dial(ctx, "ws://"+addr+"/ws", token, nil) // the same token still works
+	if err != nil {
+		t.Fatalf("dial with the token from before the restart: %v", err)
+	}
+	defer alice.Close()
+	ack, err := alice.Send(ctx, dm.ID, "after restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack.Seq != 4 {
+		t.Fatalf("first send after restart got seq %d, want 4", ack.Seq)
+	}
+	page, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeHistory, ConversationID: dm.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Messages) != 4 || page.Messages[0].Body != "before restart 1" || page.Messages[3].Seq != 4 {
+		t.Fatalf("history after restart: %+v", page.Messages)
+	}
+}
