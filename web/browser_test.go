@@ -19,12 +19,6 @@ import (
 // These tests drive the bundled page in headless Chromium against a real node (NATS, the store,
 // the HTTP server), and assert what a person would see: messages, badges, ticks, the tab title.
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestTwoPeopleChat: Alice and Bob in two browser contexts. Bob's badge rises while the DM is
 // closed and clears when he reads it; Alice sees the read ticks; typing shows; a reload keeps
 // Bob signed in with his conversation open; a group shows "read by"; a narrow window works.
@@ -134,7 +128,8 @@ func TestHistoryPaging(t *testing.T) {
 	const total, readUpTo = 120, 100
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
-	ctx := ctxT(t, time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	seeder := testenv.Connect(t, n.URL(), "alice")
 	reader := testenv.Connect(t, n.URL(), "bob")
 	dm, err := seeder.OpenDM(ctx, "bob")
@@ -284,7 +279,8 @@ func TestServerRestart(t *testing.T) {
 	alice.screenshot("11-offline-failed-send")
 
 	n = testenv.StartNode(t, cfg)
-	ctx := ctxT(t, time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	other := testenv.Connect(t, n.URL(), "alice") // Alice's phone, sending while the pages reconnect
 	dm, err := other.OpenDM(ctx, "bob")
 	if err != nil {
@@ -332,7 +328,8 @@ func TestNetworkDrop(t *testing.T) {
 	cfg.Session.SendRate, cfg.Session.SendBurst = 1, 2
 	n := testenv.StartNode(t, cfg)
 	link := newFlakyNetwork(t, n.Addr())
-	ctx := ctxT(t, time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	bobConn := testenv.Connect(t, n.URL(), "bob")
 	b := newBrowser(t)
 	alice := b.newPage("alice")
@@ -374,9 +371,10 @@ func TestNetworkDrop(t *testing.T) {
 	// A burst past the send limit: the server refuses with a retryable error after the frame went
 	// out, and Retry sends it again until it passes.
 	burst := []string{"burst 1", "burst 2", "burst 3"}
-	for _, body := range burst {
-		alice.typeMessage(body, true)
-	}
+	alice.do("send a burst faster than the limit", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+		const input = document.getElementById('composer-input'), form = document.getElementById('composer');
+		for (const body of %s) { input.value = body; form.requestSubmit(); }
+	})()`, mustJSON(t, burst))))
 	alice.waitFor("a send refused by the rate limit", `!!document.querySelector('#messages > li[data-state="failed"] button.retry')`)
 	alice.do("retry until the burst is stored", chromedp.Poll[chromedp.Void](`(() => {
 		document.querySelector('#messages > li[data-state="failed"] button.retry')?.click();
@@ -424,6 +422,15 @@ func TestNetworkDrop(t *testing.T) {
 	if !resent {
 		t.Fatalf("no message was sent twice (frames per body: %v): the retry path was not exercised", frames)
 	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("encode %v: %v", v, err)
+	}
+	return string(b)
 }
 
 // assertStored checks the conversation's stored history is exactly want.

@@ -226,9 +226,13 @@ func (p *page) fail(format string, args ...any) {
 	p.t.Fatalf("%s: %s\n  page state: %s", p.name, msg, status)
 }
 
-// screenshot saves what the page shows as testout/screenshots/<name>.png.
+// screenshot saves what the page shows as testout/screenshots/<name>.png, after checking that
+// no view shows a JavaScript placeholder value.
 func (p *page) screenshot(name string) {
 	p.t.Helper()
+	if bad := eval[string](p, `(document.body.innerText.match(/\b(null|undefined|NaN|\[object Object\])\b/) || [''])[0]`); bad != "" {
+		p.fail("the %s view shows %q", name, bad)
+	}
 	ctx, cancel := context.WithTimeout(p.ctx, waitTimeout)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())

@@ -240,7 +240,7 @@
     conn.timer = setTimeout(connect, delay);
     const tick = () => {
       const s = Math.max(0, Math.ceil((conn.retryAt - Date.now()) / 1000));
-      setStatus('offline', `Offline. Reconnecting in ${s} s…`);
+      setStatus('offline', `Offline, retrying in ${s} s`);
     };
     tick();
     clearInterval(conn.countdown);
@@ -573,7 +573,7 @@
         h('span', { class: 'conv-name' }, title),
         h('span', { class: 'conv-sub muted' }, typers(c).length ? 'typing…'
           : c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message')),
-      c.unread > 0 ? h('span', { class: 'badge', 'aria-hidden': 'true' }, c.unread > 999 ? '999+' : String(c.unread)) : null);
+      ...(c.unread > 0 ? [h('span', { class: 'badge', 'aria-hidden': 'true' }, c.unread > 999 ? '999+' : String(c.unread))] : []));
   }
 
   function moveInList(e) {
@@ -1120,8 +1120,11 @@
       if (!state.pending.has(p.clientMsgId)) return; // confirmed meanwhile by a replay or a late ack
       p.state = 'failed';
       p.retryable = err.retryable || ['offline', 'disconnected', 'timeout'].includes(err.code);
-      p.error = err.code === 'offline' || err.code === 'disconnected' ? 'Not sent: offline.'
-        : err.code === 'timeout' ? 'Not confirmed in time.' : `Not sent: ${err.message || err.code}.`;
+      // "disconnected" and "timeout" mean the frame went out: it may be stored, and Retry (same
+      // clientMsgId) cannot store it twice.
+      p.error = err.code === 'offline' ? 'Not sent: offline.'
+        : err.code === 'disconnected' ? 'Not confirmed: the connection was lost.'
+          : err.code === 'timeout' ? 'Not confirmed in time.' : `Not sent: ${err.message || err.code}.`;
       if (p.convId === state.openId) renderMessages();
     }
   }
@@ -1205,6 +1208,12 @@
 
   // ---- Wiring ----------------------------------------------------------------------------------
 
+  // The skip link focuses the message box (or, with no conversation open, the DM box) without
+  // touching location.hash, which remembers the open conversation.
+  document.querySelector('.skip-link').addEventListener('click', (e) => {
+    e.preventDefault();
+    (ui.convBody.hidden ? ui.dmUser : ui.input).focus();
+  });
   ui.loginForm.addEventListener('submit', signIn);
   ui.signOut.addEventListener('click', () => signOut());
   ui.reconnectNow.addEventListener('click', () => { conn.attempt = 0; connect(); });
