@@ -90,13 +90,8 @@ func (s *Store) MessageRange(ctx context.Context, conversationID string, from, t
 	if to < from {
 		return nil, nil
 	}
-	cur, err := s.messages.Find(ctx,
-		bson.D{
-			{Key: "conversationId", Value: conversationID},
-			{Key: "seq", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lte", Value: to}}},
-		},
-		options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).SetLimit(to-from+1),
-	)
+	filter, opts := rangeQuery(conversationID, from, to)
+	cur, err := s.messages.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("find messages %d..%d of %s: %w", from, to, conversationID, err)
 	}
@@ -105,4 +100,32 @@ func (s *Store) MessageRange(ctx context.Context, conversationID string, from, t
 		return nil, fmt.Errorf("read messages %d..%d of %s: %w", from, to, conversationID, err)
 	}
 	return out, nil
+}
+
+func rangeQuery(conversationID string, from, to int64) (bson.D, *options.FindOptionsBuilder) {
+	filter := bson.D{
+		{Key: "conversationId", Value: conversationID},
+		{Key: "seq", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lte", Value: to}}},
+	}
+	return filter, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).SetLimit(to - from + 1)
+}
+
+// ExplainMessageRange asks the server how it runs the MessageRange query, with execution
+// statistics, so operators and tests can check that a page is an index scan of about its size.
+func (s *Store) ExplainMessageRange(ctx context.Context, conversationID string, from, to int64) (bson.Raw, error) {
+	filter, _ := rangeQuery(conversationID, from, to)
+	cmd := bson.D{
+		{Key: "explain", Value: bson.D{
+			{Key: "find", Value: s.messages.Name()},
+			{Key: "filter", Value: filter},
+			{Key: "sort", Value: bson.D{{Key: "seq", Value: 1}}},
+			{Key: "limit", Value: to - from + 1},
+		}},
+		{Key: "verbosity", Value: "executionStats"},
+	}
+	res, err := s.messages.Database().RunCommand(ctx, cmd).Raw()
+	if err != nil {
+		return nil, fmt.Errorf("explain messages %d..%d of %s: %w", from, to, conversationID, err)
+	}
+	return res, nil
 }

@@ -1,0 +1,133 @@
+package node_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/testenv"
+)
+
+// filtersOf returns the query filters in a command on the messages collection.
+func filtersOf(t *testing.T, c testenv.Command) []bson.Raw {
+	t.Helper()
+	var out []bson.Raw
+	lookup := func(doc bson.Raw, key string) {
+		if v, err := doc.LookupErr(key); err == nil {
+			out = append(out, v.Document())
+		}
+	}
+	statements := func(key string) []bson.RawValue {
+		stmts, err := c.Body.LookupErr(key)
+		if err != nil {
+			t.Fatalf("%s without %s: %s", c.Name, key, c.Body)
+		}
+		values, _ := stmts.Array().Values() // a malformed array yields no values, and fails below
+		return values
+	}
+	switch c.Name {
+	case "find":
+		lookup(c.Body, "filter")
+	case "count", "findAndModify":
+		lookup(c.Body, "query")
+	case "update":
+		for _, v := range statements("updates") {
+			lookup(v.Document(), "q")
+		}
+	case "delete":
+		for _, v := range statements("deletes") {
+			lookup(v.Document(), "q")
+		}
+	case "aggregate":
+		for _, st := range statements("pipeline") {
+			lookup(st.Document(), "$match")
+		}
+	}
+	return out
+}
+
+// TestMessageQueriesTargetOneConversation drives every path that touches messages (send, retry,
+// history, sync, receipts, delete, account deletion) and checks that each query on messages has
+// conversationId equality, so a cluster sharded on {conversationId: "hashed"} routes it to one shard.
+func TestMessageQueriesTargetOneConversation(t *testing.T) {
+	env := testenv.NewEnv(t)
+	var rec testenv.CommandRecorder
+	cfg := env.NodeConfig()
+	cfg.StoreMonitor = rec.Monitor()
+	n := testenv.StartNode(t, cfg)
+	ctx := ctxT(t, time.Minute)
+	token, _, err := client.Login(ctx, http.DefaultClient, n.URL(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := client.Dial(ctx, n.WSURL(), token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := testenv.Connect(t, n.URL(), "bob")
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, err := bob.CreateGroup(ctx, "g", []string{"alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Push(t, alice, 10*time.Second, func(f protocol.ServerFrame) bool { return f.Type == protocol.TypeConversation })
+	first, err := alice.Send(ctx, dm.ID, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.SendWithID(ctx, dm.ID, first.ClientMsgID, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Send(ctx, group.ID, "hello group"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []protocol.ClientFrame{
+		{Type: protocol.TypeHistory, ConversationID: dm.ID},
+		{Type: protocol.TypeHistory, ConversationID: dm.ID, Around: ptr(int64(1))},
+		{Type: protocol.TypeSync, Since: map[string]int64{dm.ID: 0, group.ID: 0}},
+		{Type: protocol.TypeReceipts, ConversationID: dm.ID, Seq: 1},
+		{Type: protocol.TypeDeleteMessage, ConversationID: group.ID, Seq: 1},
+	} {
+		if _, err := alice.Request(ctx, f); err != nil {
+			t.Fatalf("%s: %v", f.Type, err)
+		}
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, n.URL()+"/api/account", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete account: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	checked := 0
+	for _, c := range rec.Commands("", "messages") {
+		if c.Name == "insert" {
+			docs, _ := c.Body.Lookup("documents").Array().Values()
+			for _, d := range docs {
+				if _, err := d.Document().LookupErr("conversationId"); err != nil {
+					t.Fatalf("insert without conversationId: %s", c.Body)
+				}
+			}
+			checked++
+			continue
+		}
+		for _, f := range filtersOf(t, c) {
+			v, err := f.LookupErr("conversationId")
+			if err != nil || v.Type != bson.TypeString {
+				t.Fatalf("%s on messages without conversationId equality: %s", c.Name, c.Body)
+			}
+			checked++
+		}
+	}
+	if checked < 8 {
+		t.Fatalf("only %d queries on messages were seen; the workload did not run", checked)
+	}
+}
