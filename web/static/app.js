@@ -16,6 +16,7 @@
   const BACKOFF_BASE_MS = 500; // first reconnect delay, doubled per failed attempt
   const BACKOFF_MAX_MS = 15000; // reconnect delay cap
   const TOKEN_CHECK_EVERY_MS = 30000; // at most one token check per this long while failing
+  const PAGE_RETRY_MS = 2000; // after a failed page load, scrolling tries again no sooner than this
   const AUTH_KEY = 'chatd.auth';
   const PENDING_KEY = 'chatd.pending.';
   const READS_KEY = 'chatd.reads.'; // read cursors sent while the page unloaded, in case they were lost
@@ -346,14 +347,27 @@
       if (c && c.lastSeq > w.hi) w.hasAfter = true; // more than the replay limit was missed
     }
     if (!state.openId) {
-      const wanted = decodeURIComponent(location.hash.replace(/^#c=/, ''));
+      const wanted = hashConversation();
       if (wanted && state.convs.has(wanted)) openConversation(wanted);
+    } else if (!state.windows.has(state.openId)) {
+      openConversation(state.openId); // opened while offline: load it now
     } else if (state.convs.has(state.openId)) {
+      const w = openWindow();
+      w.retryAt = 0;
       renderMessages();
       refreshReceipts();
       markVisibleRead();
     }
     renderConvList();
+  }
+
+  // hashConversation is the conversation remembered in the address (#c=<id>), so a reload reopens it.
+  function hashConversation() {
+    try {
+      return decodeURIComponent(location.hash.replace(/^#c=/, ''));
+    } catch {
+      return ''; // a hand-edited address
+    }
   }
 
   // ---- Conversations ---------------------------------------------------------------------------
@@ -589,7 +603,7 @@
   // server (deleted messages stay as tombstones), so lo > firstSeq means there is more above and
   // hi < lastSeq means there is more below.
   function newWindow(lo, hi) {
-    return { lo, hi, bySeq: new Map(), hasBefore: false, hasAfter: false, loading: false };
+    return { lo, hi, bySeq: new Map(), hasBefore: false, hasAfter: false, loading: false, retryAt: 0 };
   }
 
   function windowFromPage(c, page) {
@@ -699,7 +713,9 @@
       }
       setEnds(state.convs.get(state.openId), w);
       if (w.hi - w.lo + 1 > MAX_WINDOW) trimBottom(w);
-    } catch { /* shown as still loadable; the next scroll retries */ }
+    } catch {
+      w.retryAt = Date.now() + PAGE_RETRY_MS; // still loadable; a later scroll or the sync retries
+    }
     w.loading = false;
     ui.loading.hidden = true;
     if (openWindow() === w) renderMessages();
@@ -718,14 +734,16 @@
       }
       setEnds(state.convs.get(state.openId), w);
       if (w.hi - w.lo + 1 > MAX_WINDOW) trimTop(w);
-    } catch { /* the next scroll retries */ }
+    } catch {
+      w.retryAt = Date.now() + PAGE_RETRY_MS;
+    }
     w.loading = false;
     if (openWindow() === w) renderMessages();
   }
 
   function maybeLoadMore() {
     const w = openWindow();
-    if (!w || w.loading) return;
+    if (!w || w.loading || !conn.live || Date.now() < w.retryAt) return;
     const sc = ui.scroller;
     if (sc.scrollTop < EDGE_PX && w.hasBefore) loadOlder();
     else if (sc.scrollHeight - sc.scrollTop - sc.clientHeight < EDGE_PX && w.hasAfter) loadNewer();
