@@ -7,51 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
 )
-
-// legacyCollection writes a pre-seq data set the way an older system would have: conversations,
-// and messages with neither seq nor clientMsgId, in _id order.
-func legacyCollection(t *testing.T, cfg storage.Config, sizes map[string]int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(cfg.URI))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(ctx)
-	db := client.Database(cfg.Database)
-	for conv, n := range sizes {
-		if _, err := db.Collection("conversations").InsertOne(ctx, bson.D{{Key: "_id", Value: conv},
-			{Key: "kind", Value: "group"}, {Key: "members", Value: bson.A{"ann", "ben"}}}); err != nil {
-			t.Fatal(err)
-		}
-		var docs []any
-		for i := 1; i <= n; i++ {
-			docs = append(docs, bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "conversationId", Value: conv},
-				{Key: "senderId", Value: "ann"}, {Key: "kind", Value: "text"}, {Key: "body", Value: fmt.Sprintf("%s #%d", conv, i)},
-				{Key: "createdAt", Value: time.Now()}})
-		}
-		if len(docs) == 0 {
-			continue
-		}
-		if _, err := db.Collection("messages").InsertMany(ctx, docs); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func TestBackfillIsResumableAndIdempotent(t *testing.T) {
 	const batch = 200
 	sizes := map[string]int{"big": 450, "small": 7, "empty": 0}
 	cfg := testenv.StoreConfig(t)
-	legacyCollection(t, cfg, sizes)
+	testenv.LegacyMessages(t, cfg, sizes)
 	legacy := cfg
 	legacy.SkipIndexes = true
 	s := testenv.OpenStore(t, legacy)

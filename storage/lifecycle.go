@@ -123,9 +123,9 @@ const DefaultBackfillBatch = 1000
 // BackfillProgress reports a backfill step: a conversation and how many of its messages have a
 // seq now.
 type BackfillProgress struct {
-	ConversationID string
-	Numbered       int64
-	Done           bool
+	ConversationID string `json:"conversationId"`
+	Numbered       int64  `json:"numbered"`
+	Done           bool   `json:"done"`
 }
 
 // Backfill gives seqs to a legacy messages collection that has none: per conversation, in _id

@@ -75,6 +75,7 @@ var commands = []command{
 	{"send", "<conversationId> [text...]", "send a message (text from stdin when none is given); prints the acked seq", runSend},
 	{"tail", "<conversationId>", "print messages as they arrive; reconnects and fills gaps", runTail},
 	{"history", "<conversationId>", "print one page of history", runHistory},
+	{"backfill", "", "give seqs to a legacy messages collection in MongoDB (resumable)", runBackfill},
 }
 
 // usageError is a mistake on the command line; it exits with status 2.
