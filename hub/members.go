@@ -129,15 +129,10 @@ func (h *Hub) deleteMessage(ctx context.Context, s *session.Session, f protocol.
 // hideConversation deletes a conversation for the user only: out of their list, history untouched
 // for others; a newer message brings it back with only the newer messages unread.
 func (h *Hub) hideConversation(ctx context.Context, s *session.Session, f protocol.ClientFrame) error {
-	ms, err := h.membershipOf(s.UserID(), f.ConversationID)
+	_, last, err := h.position(ctx, s.UserID(), f.ConversationID)
 	if err != nil {
 		return err
 	}
-	conv, err := h.store.Conversation(ctx, f.ConversationID)
-	if err != nil {
-		return fmt.Errorf("load conversation %s: %w", f.ConversationID, err)
-	}
-	last := max(conv.LastSeq, ms.lastSeq)
 	if err := h.store.HideConversation(ctx, s.UserID(), f.ConversationID, last); err != nil {
 		return err
 	}

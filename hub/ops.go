@@ -235,15 +235,10 @@ func (h *Hub) sync(ctx context.Context, s *session.Session, f protocol.ClientFra
 // (deleted messages stay as tombstones), so the range is computed from the anchor and the page
 // size alone, at any depth.
 func (h *Hub) history(ctx context.Context, s *session.Session, f protocol.ClientFrame) error {
-	ms, err := h.membershipOf(s.UserID(), f.ConversationID)
+	ms, last, err := h.position(ctx, s.UserID(), f.ConversationID)
 	if err != nil {
 		return err
 	}
-	conv, err := h.store.Conversation(ctx, f.ConversationID)
-	if err != nil {
-		return fmt.Errorf("load conversation %s: %w", f.ConversationID, err)
-	}
-	last := max(conv.LastSeq, ms.lastSeq)
 	from, to := pageRange(f, last)
 	// After deleting a conversation for themselves a user sees only what came later.
 	from = max(from, ms.hiddenSeq+1)
@@ -262,6 +257,20 @@ func (h *Hub) history(ctx context.Context, s *session.Session, f protocol.Client
 	s.Reply(protocol.ServerFrame{Type: protocol.TypePage, ID: f.ID, ConversationID: f.ConversationID,
 		Messages: page, FirstSeq: first, LastSeq: last, HasBefore: first > 0 && from > first, HasAfter: to < last})
 	return nil
+}
+
+// position returns a member's membership and the conversation's last seq: the store's counter or
+// what this node has seen delivered, whichever is ahead.
+func (h *Hub) position(ctx context.Context, userID, convID string) (membership, int64, error) {
+	ms, err := h.membershipOf(userID, convID)
+	if err != nil {
+		return membership{}, 0, err
+	}
+	conv, err := h.store.Conversation(ctx, convID)
+	if err != nil {
+		return membership{}, 0, fmt.Errorf("load conversation %s: %w", convID, err)
+	}
+	return ms, max(conv.LastSeq, ms.lastSeq), nil
 }
 
 // pageRange turns a history request into the seq range [from, to] within [1, last].

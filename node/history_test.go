@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/chatd/chatd/client"
@@ -118,21 +117,14 @@ func TestHistoryPagesAtAnyDepth(t *testing.T) {
 }
 
 func TestDeleteForEveryoneKeepsTheSeq(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
+	_, _, alice, bob, dm := dmSetup(t)
 	ctx := ctxT(t, time.Minute)
-	alice := testenv.Connect(t, n.URL(), "alice")
-	bob := testenv.Connect(t, n.URL(), "bob")
-	dm, err := alice.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, body := range []string{"one", "oops", "three"} {
 		if _, err := alice.Send(ctx, dm.ID, body); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err = bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: dm.ID, Seq: 2})
+	_, err := bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: dm.ID, Seq: 2})
 	if pe, ok := err.(*protocol.Error); !ok || pe.Code != protocol.CodeForbidden {
 		t.Fatalf("bob deleting alice's message: %v; want forbidden", err)
 	}
@@ -157,15 +149,8 @@ func TestDeleteForEveryoneKeepsTheSeq(t *testing.T) {
 }
 
 func TestDeleteConversationForMe(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
+	_, _, alice, bob, dm := dmSetup(t)
 	ctx := ctxT(t, time.Minute)
-	alice := testenv.Connect(t, n.URL(), "alice")
-	bob := testenv.Connect(t, n.URL(), "bob")
-	dm, err := alice.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := 0; i < 3; i++ {
 		if _, err := alice.Send(ctx, dm.ID, "before"); err != nil {
 			t.Fatal(err)
@@ -231,13 +216,7 @@ func TestDeleteAccountLeavesNothingReadable(t *testing.T) {
 		}
 	}
 
-	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, n.URL()+"/api/account", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("delete account: %v %v", resp, err)
-	}
-	resp.Body.Close()
+	deleteAccount(t, ctx, n, token)
 	<-alice.Done()
 	if alice.CloseStatus() != session.StatusRemoved {
 		t.Fatalf("alice's session closed with %v; want %v", alice.CloseStatus(), session.StatusRemoved)
@@ -249,7 +228,7 @@ func TestDeleteAccountLeavesNothingReadable(t *testing.T) {
 		t.Fatal("the DM with a deleted account is still readable")
 	}
 	page := history(t, bob, protocol.ClientFrame{ConversationID: group.ID})
-	// 1: bob's "created"? No: seqs are the four sends to the group in order, then the system message.
+	// The group's seqs: alice, bob, alice, then the system message of her deletion.
 	for _, m := range page.Messages {
 		if m.SenderID == "alice" || m.Body == "alice in group" || m.Body == "alice again" {
 			t.Fatalf("alice's group message still readable: %+v", m)
@@ -279,5 +258,4 @@ func TestDeleteAccountLeavesNothingReadable(t *testing.T) {
 	} else if de, ok := err.(*client.DialError); !ok || de.Status != http.StatusUnauthorized {
 		t.Fatalf("dial with the deleted account's token: %v; want 401", err)
 	}
-	_ = websocket.StatusNormalClosure
 }

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -20,17 +21,41 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func TestDMDeliversInSeqOrder(t *testing.T) {
+// dmSetup starts a node on a fresh environment with alice and bob connected and their DM open.
+func dmSetup(t *testing.T) (testenv.Env, *testenv.Node, *client.Conn, *client.Conn, protocol.Conversation) {
+	t.Helper()
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
 	alice := testenv.Connect(t, n.URL(), "alice")
 	bob := testenv.Connect(t, n.URL(), "bob")
-	ctx := ctxT(t, 30*time.Second)
-
-	dm, err := alice.OpenDM(ctx, "bob")
+	dm, err := alice.OpenDM(ctxT(t, 30*time.Second), "bob")
 	if err != nil {
 		t.Fatalf("open dm: %v", err)
 	}
+	return env, n, alice, bob, dm
+}
+
+// deleteAccount deletes the account of token's user over HTTP.
+func deleteAccount(t *testing.T, ctx context.Context, n *testenv.Node, token string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, n.URL()+"/api/account", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("delete account: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete account: %s", resp.Status)
+	}
+}
+
+func TestDMDeliversInSeqOrder(t *testing.T) {
+	_, _, alice, bob, dm := dmSetup(t)
+	ctx := ctxT(t, 30*time.Second)
 	again, err := bob.OpenDM(ctx, "alice")
 	if err != nil || again.ID != dm.ID {
 		t.Fatalf("bob's DM with alice = %q, %v; want the same conversation %q", again.ID, err, dm.ID)
@@ -53,15 +78,8 @@ func TestDMDeliversInSeqOrder(t *testing.T) {
 }
 
 func TestRetriedSendIsStoredOnce(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
-	alice := testenv.Connect(t, n.URL(), "alice")
-	testenv.Connect(t, n.URL(), "bob")
+	_, _, alice, _, dm := dmSetup(t)
 	ctx := ctxT(t, 30*time.Second)
-	dm, err := alice.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatalf("open dm: %v", err)
-	}
 	id := uuid.NewString()
 	first, err := alice.SendWithID(ctx, dm.ID, id, "once")
 	if err != nil {

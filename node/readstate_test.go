@@ -225,16 +225,9 @@ func TestLargeGroupReceiptsAndOfflineBadge(t *testing.T) {
 }
 
 func TestReceiptsInDMAndPrivacy(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
+	_, n, alice, bob, dm := dmSetup(t)
 	ctx := ctxT(t, time.Minute)
-	alice := testenv.Connect(t, n.URL(), "alice")
-	bob := testenv.Connect(t, n.URL(), "bob")
 	carol := testenv.Connect(t, n.URL(), "carol")
-	dm, err := alice.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ack, err := alice.Send(ctx, dm.ID, "are you there?")
 	if err != nil {
 		t.Fatal(err)

@@ -99,13 +99,7 @@ func TestMessageQueriesTargetOneConversation(t *testing.T) {
 			t.Fatalf("%s: %v", f.Type, err)
 		}
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, n.URL()+"/api/account", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("delete account: %v %v", resp, err)
-	}
-	resp.Body.Close()
+	deleteAccount(t, ctx, n, token)
 
 	checked := 0
 	for _, c := range rec.Commands("", "messages") {

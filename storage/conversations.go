@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -62,15 +61,7 @@ func (s *Store) EnsureConversation(ctx context.Context, c Conversation) (Convers
 
 // Conversation returns one conversation, or ErrNotFound.
 func (s *Store) Conversation(ctx context.Context, id string) (Conversation, error) {
-	var c Conversation
-	err := s.conversations.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&c)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return Conversation{}, ErrNotFound
-	}
-	if err != nil {
-		return Conversation{}, fmt.Errorf("find conversation %s: %w", id, err)
-	}
-	return c, nil
+	return findByID[Conversation](ctx, s.conversations, id)
 }
 
 // ConversationsOf returns every conversation userID is a member of.

@@ -158,6 +158,19 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 	return nil
 }
 
+// findByID decodes the document with _id id, or returns ErrNotFound.
+func findByID[T any](ctx context.Context, coll *mongo.Collection, id string) (T, error) {
+	var doc T
+	err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return doc, ErrNotFound
+	}
+	if err != nil {
+		return doc, fmt.Errorf("find %s %s: %w", coll.Name(), id, err)
+	}
+	return doc, nil
+}
+
 // maxWritesPerCommand bounds the statements in one update command. FerretDB v1.24, the embedded
 // store, keeps each statement's read iterator open until the whole command ends (msg_update.go
 // defers every close inside its loop), so a command of about 100 statements exhausts its SQLite

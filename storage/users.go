@@ -2,12 +2,10 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -35,15 +33,7 @@ func (s *Store) EnsureUser(ctx context.Context, u User) (User, error) {
 
 // User returns one user, or ErrNotFound.
 func (s *Store) User(ctx context.Context, id string) (User, error) {
-	var u User
-	err := s.users.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&u)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return User{}, ErrNotFound
-	}
-	if err != nil {
-		return User{}, fmt.Errorf("find user %s: %w", id, err)
-	}
-	return u, nil
+	return findByID[User](ctx, s.users, id)
 }
 
 // MissingUsers returns those of ids that have no account.
