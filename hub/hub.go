@@ -133,6 +133,10 @@ func (h *Hub) Opened(ctx context.Context, s *session.Session) error {
 	if err != nil {
 		return err
 	}
+	// A read sent just before a reload may still be pending here; store it before loading.
+	if err := h.reads.Flush(ctx); err != nil {
+		h.log.Warn().Err(err).Msg("flush read cursors before loading them")
+	}
 	cursors, err := h.store.CursorsOf(ctx, uid)
 	if err != nil {
 		return err

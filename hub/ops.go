@@ -48,7 +48,7 @@ func (h *Hub) HandleFrame(ctx context.Context, s *session.Session, f protocol.Cl
 	case protocol.TypeHistory:
 		return h.history(ctx, s, f)
 	case protocol.TypeRead:
-		return h.read(s, f)
+		return h.read(ctx, s, f)
 	case protocol.TypeReceipts:
 		return h.receipts(ctx, s, f)
 	case protocol.TypeTyping:
@@ -172,8 +172,12 @@ func (h *Hub) createConversation(ctx context.Context, s *session.Session, reqID 
 func toView(c storage.Conversation, m membership) protocol.Conversation {
 	last := max(c.LastSeq, m.lastSeq)
 	read := min(m.readSeq, last)
+	first := int64(0)
+	if last > m.hiddenSeq {
+		first = m.hiddenSeq + 1
+	}
 	return protocol.Conversation{
-		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, LastSeq: last,
+		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,
 		ReadSeq: read, Unread: last - read, CreatedAt: c.CreatedAt,
 	}
 }
@@ -312,22 +316,40 @@ func pageRange(f protocol.ClientFrame, last int64) (from, to int64) {
 
 // read moves the user's cursor forward (clamped to the conversation's last seq), tells the user's
 // other devices and, where receipts are live, the other members. The store write is coalesced.
-func (h *Hub) read(s *session.Session, f protocol.ClientFrame) error {
-	uid := s.UserID()
-	ms, err := h.membershipOf(uid, f.ConversationID)
+func (h *Hub) read(ctx context.Context, s *session.Session, f protocol.ClientFrame) error {
+	return h.Read(ctx, s.UserID(), f.ConversationID, f.Seq)
+}
+
+// Read is a read-cursor move by userID, from a session or from the HTTP API (a page that is
+// closing sends its last read with a beacon, when its socket may be gone already).
+func (h *Hub) Read(ctx context.Context, userID, convID string, seq int64) error {
+	ms, err := h.membershipOf(userID, convID)
+	hidden, live := h.hidesReceipts(userID), h.liveReceipts(convID)
 	if err != nil {
-		return err
+		// The user has no session here: ask the store.
+		conv, cerr := h.store.Conversation(ctx, convID)
+		if errors.Is(cerr, storage.ErrNotFound) || (cerr == nil && !conv.IsMember(userID)) {
+			return errNotMember
+		}
+		if cerr != nil {
+			return cerr
+		}
+		user, uerr := h.store.User(ctx, userID)
+		if uerr != nil {
+			return fmt.Errorf("load user %s: %w", userID, uerr)
+		}
+		ms = membership{lastSeq: conv.LastSeq}
+		hidden, live = user.HideReceipts, conv.Kind == storage.KindDM || len(conv.Members) <= h.cfg.LiveReceiptsMaxMembers
 	}
-	seq := min(f.Seq, ms.lastSeq)
+	seq = min(seq, ms.lastSeq)
 	if seq <= ms.readSeq {
 		return nil
 	}
-	hidden := h.hidesReceipts(uid)
-	h.reads.Advance(storage.Cursor{UserID: uid, ConversationID: f.ConversationID, ReadSeq: seq, Hidden: hidden, UpdatedAt: now()})
-	h.applyCursor(uid, f.ConversationID, seq)
-	h.publishUserEvent(uid, userEvent{Type: userCursor, ConvID: f.ConversationID, ReadSeq: seq})
-	if !hidden && h.liveReceipts(f.ConversationID) {
-		h.publishConversationEvent(f.ConversationID, conversationEvent{Type: protocol.TypeReceipt, UserID: uid, ReadSeq: seq})
+	h.reads.Advance(storage.Cursor{UserID: userID, ConversationID: convID, ReadSeq: seq, Hidden: hidden, UpdatedAt: now()})
+	h.applyCursor(userID, convID, seq)
+	h.publishUserEvent(userID, userEvent{Type: userCursor, ConvID: convID, ReadSeq: seq})
+	if !hidden && live {
+		h.publishConversationEvent(convID, conversationEvent{Type: protocol.TypeReceipt, UserID: userID, ReadSeq: seq})
 	}
 	return nil
 }

@@ -150,7 +150,7 @@ func (f *ClientFrame) Validate() error {
 		return requireID("userId", f.UserID)
 	case TypeLeave, TypeHideConversation, TypeTyping:
 		return requireID("conversationId", f.ConversationID)
-	case TypeListConversations:
+	case TypeListConversations, TypePing:
 		return nil
 	case TypeSync:
 		if len(f.Since) > MaxSince {

@@ -23,6 +23,7 @@ const (
 	TypeRemoveMember      = "remove_member"
 	TypeLeave             = "leave"
 	TypeSetPrivacy        = "set_privacy"
+	TypePing              = "ping"
 )
 
 // Server frame types: what the server sends. Replies carry the request's id.
@@ -43,6 +44,7 @@ const (
 	TypeRemoved       = "removed"
 	TypeHidden        = "hidden"
 	TypeDeleted       = "deleted"
+	TypePong          = "pong"
 )
 
 // Message kinds.
@@ -74,10 +76,13 @@ type Message struct {
 // Conversation is a conversation as one member sees it: Unread is LastSeq minus the member's
 // ReadSeq, less the tombstones after it.
 type Conversation struct {
-	ID        string    `json:"id"`
-	Kind      string    `json:"kind"`
-	Name      string    `json:"name,omitempty"`
-	Members   []string  `json:"members"`
+	ID      string   `json:"id"`
+	Kind    string   `json:"kind"`
+	Name    string   `json:"name,omitempty"`
+	Members []string `json:"members"`
+	// FirstSeq is the first seq this member may read: 1, or later after they deleted the
+	// conversation for themselves; 0 while there is nothing to read.
+	FirstSeq  int64     `json:"firstSeq"`
 	LastSeq   int64     `json:"lastSeq"`
 	ReadSeq   int64     `json:"readSeq"`
 	Unread    int64     `json:"unread"`

@@ -21,12 +21,13 @@ import (
 
 	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/session"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/web"
 )
 
-// maxLoginBody bounds the JSON of a sign-in request.
+// maxLoginBody bounds the JSON body of a sign-in or read request.
 const maxLoginBody = 4 << 10
 
 // Users is what sign-in needs from the store.
@@ -80,6 +81,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/login", s.login)
 	mux.HandleFunc("GET /api/badge", s.badge)
 	mux.HandleFunc("DELETE /api/account", s.deleteAccount)
+	mux.HandleFunc("POST /api/read", s.read)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /debug/partitions", s.partitions)
@@ -232,6 +234,40 @@ func (s *Server) badge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, badgeResponse{UserID: userID, Total: total})
+}
+
+type readRequest struct {
+	ConversationID string `json:"conversationId"`
+	Seq            int64  `json:"seq"`
+}
+
+// read moves the caller's read cursor, like a read frame. A page that is closing sends its last
+// read this way (navigator.sendBeacon), since frames queued during unload are often dropped.
+func (s *Server) read(w http.ResponseWriter, r *http.Request) {
+	userID, err := s.authenticate(r)
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, "invalid or missing token")
+		return
+	}
+	var req readRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxLoginBody)).Decode(&req); err != nil ||
+		!protocol.ValidID(req.ConversationID) || req.Seq < 1 {
+		writeError(w, http.StatusBadRequest, "body must be JSON: {\"conversationId\": \"...\", \"seq\": 1}")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	err = s.hub.Read(ctx, userID, req.ConversationID, req.Seq)
+	var pe *protocol.Error
+	switch {
+	case errors.As(err, &pe) && pe.Code == protocol.CodeNotMember:
+		writeError(w, http.StatusForbidden, pe.Message)
+	case err != nil:
+		s.log.Error().Err(err).Str("user", userID).Msg("read")
+		writeError(w, http.StatusServiceUnavailable, "could not record the read; try again")
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
 
 // deleteAccount removes the caller's account and everything of theirs; see hub.DeleteAccount.

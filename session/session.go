@@ -31,8 +31,10 @@ const (
 
 // Defaults, each with its reason.
 const (
-	// DefaultReadLimit bounds one client frame: a maximal message body with JSON escaping fits.
-	DefaultReadLimit = 64 << 10
+	// DefaultReadLimit bounds one client frame. A maximal message body must fit however it is
+	// escaped: JSON encoders write a control character (and encoding/json also '<', '>', '&') as
+	// six bytes, \u0001, so the limit is six bodies plus room for the other fields.
+	DefaultReadLimit = 6*protocol.MaxBodyBytes + 4<<10
 	// DefaultQueueSize bounds the frames waiting to be written to one socket. A healthy client
 	// drains it in milliseconds; a full queue means the client stopped reading.
 	DefaultQueueSize = 512
@@ -257,6 +259,11 @@ func (s *Session) readLoop(ctx context.Context, h Handler) {
 		f, err := protocol.DecodeClientFrame(data)
 		if err != nil {
 			s.Reply(protocol.ErrorFrame(f.ID, protocol.AsError(err)))
+			continue
+		}
+		if f.Type == protocol.TypePing {
+			// Browsers cannot see WebSocket pings; this lets a page notice a dead connection.
+			s.Reply(protocol.ServerFrame{Type: protocol.TypePong, ID: f.ID})
 			continue
 		}
 		if f.Type == protocol.TypeSend && !s.sends.Allow() {
