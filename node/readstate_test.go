@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,3 +279,44 @@ func TestReceiptsInDMAndPrivacy(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestReadByBeaconAfterTheSocketClosed is a closing page's last read: sent over HTTP when its
+// socket may already be gone, it still moves the cursor and reaches the other side.
+func TestReadByBeaconAfterTheSocketClosed(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	ctx := ctxT(t, time.Minute)
+	token, _, err := client.Login(ctx, http.DefaultClient, n.URL(), "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := testenv.Connect(t, n.URL(), "alice")
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Send(ctx, dm.ID, "read me"); err != nil {
+		t.Fatal(err)
+	}
+	post := func(body string) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, n.URL()+"/api/read?token="+token, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(`{"conversationId":"` + dm.ID + `","seq":1}`); code != http.StatusNoContent {
+		t.Fatalf("beacon read: HTTP %d", code)
+	}
+	testenv.Push(t, alice, 10*time.Second, func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeReceipt && f.UserID == "bob" && f.ReadSeq == 1
+	})
+	if code := post(`{"conversationId":"not-mine","seq":1}`); code != http.StatusForbidden {
+		t.Fatalf("beacon read of a conversation bob is not in: HTTP %d, want 403", code)
+	}
+	if code := post(`{"seq":"x"}`); code != http.StatusBadRequest {
+		t.Fatalf("malformed beacon: HTTP %d, want 400", code)
+	}
+}

@@ -17,6 +17,8 @@
   const BACKOFF_MAX_MS = 15000; // reconnect delay cap
   const TOKEN_CHECK_EVERY_MS = 30000; // at most one token check per this long while failing
   const PAGE_RETRY_MS = 2000; // after a failed page load, scrolling tries again no sooner than this
+  const HEARTBEAT_MS = 20000; // a ping frame this often finds a dead connection (browsers hide WebSocket pings)
+  const PONG_TIMEOUT_MS = 10000; // no pong within this long: the connection is dead, reconnect
   const AUTH_KEY = 'chatd.auth';
   const PENDING_KEY = 'chatd.pending.';
   const READS_KEY = 'chatd.reads.'; // read cursors sent while the page unloaded, in case they were lost
@@ -52,7 +54,7 @@
 
   const conn = {
     ws: null, opened: false, live: false, attempt: 0, timer: null, retryAt: 0, countdown: null,
-    nextId: 1, waiting: new Map(), lastTokenCheck: 0,
+    nextId: 1, waiting: new Map(), lastTokenCheck: 0, heartbeat: null,
   };
 
   class RequestError extends Error {
@@ -200,7 +202,17 @@
     conn.ws = sock;
     conn.opened = false;
     setStatus('connecting', conn.attempt ? 'Reconnecting…' : 'Connecting…');
-    sock.onopen = () => { if (conn.ws === sock) conn.opened = true; };
+    sock.onopen = () => {
+      if (conn.ws !== sock) return;
+      conn.opened = true;
+      clearInterval(conn.heartbeat);
+      conn.heartbeat = setInterval(() => {
+        if (conn.ws !== sock) return;
+        request({ type: 'ping' }, PONG_TIMEOUT_MS).catch(() => {
+          if (conn.ws === sock) sock.close(4000, 'no pong'); // onclose reconnects
+        });
+      }, HEARTBEAT_MS);
+    };
     sock.onmessage = (ev) => {
       if (conn.ws !== sock) return;
       let f;
@@ -214,6 +226,7 @@
     const sock = conn.ws;
     conn.ws = null;
     conn.live = false;
+    clearInterval(conn.heartbeat);
     clearTimeout(conn.timer);
     clearInterval(conn.countdown);
     if (sock) sock.close(1000, 'signed out');
@@ -224,6 +237,7 @@
     const opened = conn.opened;
     conn.ws = null;
     conn.live = false;
+    clearInterval(conn.heartbeat);
     failWaiting();
     if (!state.auth) return;
     if (ev.code === 4003) { signOut('You were signed out by the server.'); return; }
@@ -1041,6 +1055,11 @@
     for (const [id, seq] of reads.sent) keep(id, seq);
     localStorage.setItem(READS_KEY + me(), JSON.stringify(saved));
     flushRead();
+    // A beacon outlives the page, unlike a frame queued on a socket that is being torn down.
+    const url = `/api/read?token=${encodeURIComponent(state.auth.token)}`;
+    for (const [conversationId, seq] of Object.entries(saved)) {
+      navigator.sendBeacon(url, JSON.stringify({ conversationId, seq }));
+    }
   }
 
   function savedReads() {
