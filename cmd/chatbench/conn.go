@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/chatd/chatd/protocol"
+)
+
+// benchConn is one load-generating WebSocket. It does not use client.Conn, whose push channel
+// holds 65,536 decoded frames (about 22 MB of address space per connection, all scanned by the
+// garbage collector): at 18,000 connections the generator would measure itself. benchConn decodes
+// only the fields the bench reads and hands pushes to a callback on its read goroutine.
+type benchConn struct {
+	ws     *websocket.Conn
+	index  int
+	userID string
+	onPush func(c *benchConn, f *frame, at time.Time)
+
+	nextID  uint64
+	mu      sync.Mutex
+	waiting map[string]chan *frame
+	joined  map[string]bool // conversations the server told this session it is in
+
+	done chan struct{}
+	err  error
+}
+
+// frame is the part of a server frame the bench reads.
+type frame struct {
+	Type           string `json:"type"`
+	ID             string `json:"id"`
+	Code           string `json:"code"`
+	Message        string `json:"message"`
+	Retryable      bool   `json:"retryable"`
+	UserID         string `json:"userId"`
+	ConversationID string `json:"conversationId"`
+	Seq            int64  `json:"seq"`
+	SenderID       string `json:"senderId"`
+	Body           string `json:"body"`
+	Conversation   *struct {
+		ID        string    `json:"id"`
+		CreatedAt time.Time `json:"createdAt"`
+	} `json:"conversation"`
+}
+
+// Frames the bench never looks at are skipped before decoding: every delivered message brings a
+// badge along, and decoding those would double the generator's work.
+var skippedPrefixes = [][]byte{[]byte(`{"type":"badge"`), []byte(`{"type":"cursor"`), []byte(`{"type":"typing"`), []byte(`{"type":"receipt"`)}
+
+// dialBench opens a connection as userID and waits for the server's hello, so a returned
+// connection is an authenticated, registered session.
+func dialBench(ctx context.Context, d *dialer, wsURL, token string, index int, userID string,
+	onPush func(*benchConn, *frame, time.Time)) (*benchConn, error) {
+	u, err := url.Parse(wsURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", wsURL, err)
+	}
+	q := u.Query()
+	q.Set("token", token)
+	u.RawQuery = q.Encode()
+	ws, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{HTTPClient: d.next()})
+	if err != nil {
+		if resp != nil {
+			return nil, &dialError{status: resp.StatusCode}
+		}
+		return nil, &dialError{err: errors.New(redact(err.Error(), token))}
+	}
+	ws.SetReadLimit(1 << 20)
+	c := &benchConn{ws: ws, index: index, userID: userID, onPush: onPush,
+		waiting: make(map[string]chan *frame), joined: make(map[string]bool), done: make(chan struct{})}
+	hello := make(chan struct{})
+	go c.readLoop(hello)
+	select {
+	case <-hello:
+		return c, nil
+	case <-c.done:
+		return nil, &dialError{err: fmt.Errorf("closed before hello: %w", c.err)}
+	case <-ctx.Done():
+		c.ws.CloseNow()
+		<-c.done
+		return nil, &dialError{err: fmt.Errorf("waiting for hello: %w", ctx.Err())}
+	}
+}
+
+// dialError is a failed connection: an HTTP status from a refused upgrade, or a network error.
+type dialError struct {
+	status int
+	err    error
+}
+
+func (e *dialError) Error() string {
+	if e.status != 0 {
+		return "upgrade refused with HTTP " + strconv.Itoa(e.status)
+	}
+	return e.err.Error()
+}
+
+func (e *dialError) code() string {
+	if e.status != 0 {
+		return "http_" + strconv.Itoa(e.status)
+	}
+	return "dial"
+}
+
+func redact(s, secret string) string {
+	return string(bytes.ReplaceAll([]byte(s), []byte(secret), []byte("REDACTED")))
+}
+
+func (c *benchConn) readLoop(hello chan struct{}) {
+	defer close(c.done)
+	greeted := false
+	for {
+		_, data, err := c.ws.Read(context.Background())
+		at := time.Now()
+		if err != nil {
+			c.err = err
+			return
+		}
+		if skipped(data) {
+			continue
+		}
+		f := new(frame)
+		if err := json.Unmarshal(data, f); err != nil {
+			c.err = fmt.Errorf("decode server frame: %w", err)
+			c.ws.CloseNow()
+			return
+		}
+		if !greeted && f.Type == protocol.TypeHello {
+			greeted = true
+			close(hello)
+			continue
+		}
+		if f.ID != "" && c.deliverReply(f) {
+			continue
+		}
+		if f.Type == protocol.TypeConversation && f.Conversation != nil {
+			c.mu.Lock()
+			c.joined[f.Conversation.ID] = true
+			c.mu.Unlock()
+		}
+		if c.onPush != nil {
+			c.onPush(c, f, at)
+		}
+	}
+}
+
+func skipped(data []byte) bool {
+	for _, p := range skippedPrefixes {
+		if bytes.HasPrefix(data, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *benchConn) deliverReply(f *frame) bool {
+	c.mu.Lock()
+	ch, ok := c.waiting[f.ID]
+	delete(c.waiting, f.ID)
+	c.mu.Unlock()
+	if ok {
+		ch <- f
+	}
+	return ok
+}
+
+// hasJoined reports whether the server has told this session it is in conversation id.
+func (c *benchConn) hasJoined(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.joined[id]
+}
+
+// request sends f with a fresh id and waits for the reply; an error frame becomes a
+// *protocol.Error.
+func (c *benchConn) request(ctx context.Context, f protocol.ClientFrame) (*frame, error) {
+	ch := make(chan *frame, 1)
+	c.mu.Lock()
+	c.nextID++
+	f.ID = strconv.FormatUint(c.nextID, 36)
+	c.waiting[f.ID] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.waiting, f.ID)
+		c.mu.Unlock()
+	}()
+	data, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", f.Type, err)
+	}
+	if err := c.ws.Write(ctx, websocket.MessageText, data); err != nil {
+		return nil, fmt.Errorf("write %s: %w", f.Type, err)
+	}
+	select {
+	case r := <-ch:
+		if r.Type == protocol.TypeError {
+			return r, &protocol.Error{Code: r.Code, Message: r.Message, Retryable: r.Retryable}
+		}
+		return r, nil
+	case <-c.done:
+		return nil, fmt.Errorf("connection closed waiting for %s reply: %w", f.Type, c.err)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for %s reply: %w", f.Type, ctx.Err())
+	}
+}
+
+// close closes the connection normally and waits for its reader.
+func (c *benchConn) close() {
+	_ = c.ws.Close(websocket.StatusNormalClosure, "") // the bench is done with it either way
+	<-c.done
+}

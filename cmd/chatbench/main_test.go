@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chatd/chatd/testenv"
+)
+
+// TestMain lets the test binary stand in for chatbench's child processes, as -procs starts them.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		if err := runChild(context.Background(), spec, os.Stdin, os.Stdout); err != nil {
+			os.Stderr.WriteString("child: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	var h histogram
+	for us := int64(1); us <= 10000; us++ {
+		h.record(time.Duration(us) * time.Microsecond)
+	}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 5 * time.Millisecond}, {0.99, 9900 * time.Microsecond}, {1, 10 * time.Millisecond}} {
+		got := h.quantile(tc.q)
+		if diff := float64(got-tc.want) / float64(tc.want); diff < -0.001 || diff > 1.0/subBuckets {
+			t.Errorf("quantile(%v) = %s, want %s within %.0f%%", tc.q, got, tc.want, 100.0/subBuckets)
+		}
+	}
+	if h.max() != 10*time.Millisecond {
+		t.Errorf("max = %s, want 10ms", h.max())
+	}
+
+	// A histogram survives the trip between processes and merges by adding.
+	data, err := json.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back histogram
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	back.merge(&h)
+	if back.count() != 20000 || back.quantile(0.5) != h.quantile(0.5) {
+		t.Errorf("merged copy has %d samples and median %s; want 20000 and %s", back.count(), back.quantile(0.5), h.quantile(0.5))
+	}
+}
+
+func TestBucketsCoverEveryLatency(t *testing.T) {
+	prev := -1
+	for _, us := range []int64{0, 1, 31, 32, 33, 63, 64, 1000, 1 << 20, 1<<39 + 5, 1 << 45} {
+		b := bucketOf(us)
+		if b < prev || b >= numBuckets {
+			t.Fatalf("bucketOf(%d) = %d after %d (of %d)", us, b, prev, numBuckets)
+		}
+		if us < 1<<maxExp && bucketUpper(b) < us {
+			t.Fatalf("bucket %d of %d µs ends at %d", b, us, bucketUpper(b))
+		}
+		prev = b
+	}
+}
+
+func TestParseSources(t *testing.T) {
+	ips, err := parseSources("127.0.0.2-127.0.0.4, 10.1.2.3")
+	if err != nil || len(ips) != 4 || ips[2].String() != "127.0.0.4" || ips[3].String() != "10.1.2.3" {
+		t.Fatalf("parseSources = %v, %v", ips, err)
+	}
+	for _, bad := range []string{"127.0.0.9-127.0.0.2", "127.0.0.1-127.0.1.1", "::1", "nonsense"} {
+		if _, err := parseSources(bad); err == nil {
+			t.Errorf("parseSources(%q) accepted", bad)
+		}
+	}
+}
+
+// TestLoadAgainstNode runs a small load, in one process and then over two, against a real node:
+// every send is acked, every member other than the sender gets every message, and the report
+// says so.
+func TestLoadAgainstNode(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	for _, procs := range []string{"1", "2"} {
+		t.Run("procs="+procs, func(t *testing.T) {
+			cfg, err := parseFlags([]string{"-url", n.URL(), "-clients", "12", "-prefix", "p" + procs + "u", "-procs", procs,
+				"-dms", "2", "-groups", "2", "-group-size", "4", "-rate", "40", "-duration", "1s", "-settle", "0",
+				"-server-pid", strconv.Itoa(os.Getpid()), "-json"}, func(string) string { return "" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var log bytes.Buffer
+			rep, err := runBench(ctx, cfg, &log)
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, log.String())
+			}
+			var out bytes.Buffer
+			if err := rep.print(&out, true); err != nil {
+				t.Fatal(err)
+			}
+			var j reportJSON
+			if err := json.Unmarshal(out.Bytes(), &j); err != nil {
+				t.Fatalf("decode report: %v\n%s", err, out.String())
+			}
+			l := j.Load
+			switch {
+			case j.Connect.OK != 12 || j.Setup.OK != 4:
+				t.Fatalf("connected %d of 12, created %d of 4 conversations:\n%s", j.Connect.OK, j.Setup.OK, out.String())
+			case l.Acked != 40 || len(l.Errors) != 0:
+				t.Fatalf("acked %d of 40 sends, errors %v:\n%s", l.Acked, l.Errors, out.String())
+			case l.Delivered != l.Expected || l.Expected < 40:
+				t.Fatalf("delivered %d of %d expected:\n%s", l.Delivered, l.Expected, out.String())
+			case l.AckLatency.Samples != 40 || l.DeliveryLatency.P99 <= 0 || l.DeliveryLatency.P99 > l.DeliveryLatency.Max:
+				t.Fatalf("implausible latencies:\n%s", out.String())
+			case j.RSS.ConnectedKiB <= 0:
+				t.Fatalf("no memory figure for the given pid:\n%s", out.String())
+			}
+			var table bytes.Buffer
+			if err := rep.print(&table, false); err != nil || !strings.Contains(table.String(), "send->delivered") {
+				t.Fatalf("table report (%v):\n%s", err, table.String())
+			}
+		})
+	}
+}
