@@ -101,10 +101,15 @@ func dialStatus(t *testing.T, n *testenv.Node, token string, opts *client.Option
 	return de.Status
 }
 
-// apiStatus calls an authenticated HTTP endpoint with token (none if empty) and returns the status.
-func apiStatus(t *testing.T, method, u, token string) int {
+// apiStatus calls an authenticated HTTP endpoint with token (none if empty) and a JSON body (none
+// if empty), and returns the status.
+func apiStatus(t *testing.T, method, u, token, body string) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), method, u, nil)
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), method, u, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,21 +178,24 @@ func TestSecurityRefusesBadTokens(t *testing.T) {
 			if got := dialStatus(t, n, tc.token, nil); got != http.StatusUnauthorized {
 				t.Errorf("dial /ws: HTTP %d; want 401", got)
 			}
-			if got := apiStatus(t, http.MethodGet, n.URL()+"/api/badge", tc.token); got != http.StatusUnauthorized {
+			if got := apiStatus(t, http.MethodGet, n.URL()+"/api/badge", tc.token, ""); got != http.StatusUnauthorized {
 				t.Errorf("GET /api/badge: HTTP %d; want 401", got)
 			}
-			if got := apiStatus(t, http.MethodGet, n.URL()+"/api/badge?token="+url.QueryEscape(tc.token), ""); got != http.StatusUnauthorized {
+			if got := apiStatus(t, http.MethodGet, n.URL()+"/api/badge?token="+url.QueryEscape(tc.token), "", ""); got != http.StatusUnauthorized {
 				t.Errorf("GET /api/badge?token=: HTTP %d; want 401", got)
 			}
-			if got := apiStatus(t, http.MethodDelete, n.URL()+"/api/account", tc.token); got != http.StatusUnauthorized {
+			if got := apiStatus(t, http.MethodDelete, n.URL()+"/api/account", tc.token, ""); got != http.StatusUnauthorized {
 				t.Errorf("DELETE /api/account: HTTP %d; want 401", got)
+			}
+			if got := apiStatus(t, http.MethodPost, n.URL()+"/api/read", tc.token, `{"conversationId":"c1","seq":1}`); got != http.StatusUnauthorized {
+				t.Errorf("POST /api/read: HTTP %d; want 401", got)
 			}
 		})
 	}
 	// The refused deletions deleted nothing: alice's real token still opens a socket.
 	alice := dialWith(t, n, good, nil)
 	roundTrip(t, alice)
-	if got := apiStatus(t, http.MethodGet, n.URL()+"/api/badge", good); got != http.StatusOK {
+	if got := apiStatus(t, http.MethodGet, n.URL()+"/api/badge", good, ""); got != http.StatusOK {
 		t.Fatalf("badge with the real token: HTTP %d", got)
 	}
 }
@@ -223,7 +231,7 @@ func TestSecurityProductionModeTrustsOnlyTheIdentityProvider(t *testing.T) {
 	if hello.UserID != "alice" {
 		t.Fatalf("hello for %q; want alice", hello.UserID)
 	}
-	if got := apiStatus(t, http.MethodGet, n.URL()+"/api/badge", token); got != http.StatusOK {
+	if got := apiStatus(t, http.MethodGet, n.URL()+"/api/badge", token, ""); got != http.StatusOK {
 		t.Fatalf("badge: HTTP %d", got)
 	}
 }
@@ -235,7 +243,8 @@ func TestSecurityNonMemberIsRefused(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	alice := connectReady(t, n, "alice")
 	bob := connectReady(t, n, "bob")
-	mallory := connectReady(t, n, "mallory")
+	malloryToken := login(t, n, "mallory")
+	mallory := dialWith(t, n, malloryToken, nil)
 	dm, err := alice.OpenDM(ctx, "bob")
 	if err != nil {
 		t.Fatal(err)
@@ -266,6 +275,10 @@ func TestSecurityNonMemberIsRefused(t *testing.T) {
 		} {
 			_, err := mallory.Request(ctx, f)
 			wantCode(t, fmt.Sprintf("mallory's %s in %s", f.Type, conv), err, protocol.CodeNotMember)
+		}
+		read := fmt.Sprintf(`{"conversationId":%q,"seq":1}`, conv)
+		if got := apiStatus(t, http.MethodPost, n.URL()+"/api/read", malloryToken, read); got != http.StatusForbidden {
+			t.Fatalf("mallory's POST /api/read in %s: HTTP %d; want 403", conv, got)
 		}
 	}
 	synced, err := mallory.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSync, Since: map[string]int64{dm.ID: 0, group.ID: 0}})
@@ -660,6 +673,7 @@ func TestSecuritySlowConsumerIsCut(t *testing.T) {
 	if code != int(session.StatusSlowConsumer) {
 		t.Fatalf("slow consumer closed with %d after %d frames; want %d", code, got, session.StatusSlowConsumer)
 	}
+	t.Logf("the slow consumer got %d text frames before the close", got)
 	if got >= 2*messages {
 		t.Fatalf("slow consumer got all %d frames; it was never behind", got)
 	}
