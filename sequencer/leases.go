@@ -157,17 +157,12 @@ func (l *Leases) run() {
 }
 
 // tick heartbeats, recomputes the assignment, renews or releases what is held and tries to take
-// what is assigned but free.
+// what is assigned but free. Every KV call has its own timeout, so one slow call cannot make the
+// others miss their renewal.
 func (l *Leases) tick() {
-	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
-	defer cancel()
-	if _, err := l.nodes.Put(ctx, l.cfg.NodeID, []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))); err != nil {
+	live, err := l.heartbeat()
+	if err != nil {
 		l.log.Warn().Err(err).Msg("heartbeat")
-		return
-	}
-	live, err := l.nodes.Keys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		l.log.Warn().Err(err).Msg("list live nodes")
 		return
 	}
 	mine := Assign(l.seq.cfg.Partitions, live)[l.cfg.NodeID]
@@ -179,38 +174,105 @@ func (l *Leases) tick() {
 	defer l.mu.Unlock()
 	for p, held := range l.held {
 		if !want[p] {
-			l.release(ctx, p, held)
-			continue
+			l.release(p, held)
 		}
-		rev, err := l.parts.Update(ctx, partitionKey(p), []byte(l.cfg.NodeID), held.revision)
-		if err != nil {
-			l.log.Warn().Err(err).Int("partition", p).Msg("lost partition lease")
-			l.seq.Release(p)
-			delete(l.held, p)
-			continue
-		}
-		held.revision = rev
-		held.renewed.Store(time.Now().UnixNano())
+	}
+	for _, p := range l.renewAll() {
+		l.log.Warn().Int("partition", p).Msg("lost partition lease")
+		l.seq.Release(p)
+		delete(l.held, p)
 	}
 	for _, p := range mine {
-		if _, ok := l.held[p]; ok {
-			continue
+		if _, ok := l.held[p]; !ok {
+			l.take(p)
 		}
-		rev, err := l.acquire(ctx, p)
-		if err != nil {
-			continue // still held by its previous owner; try again next tick
-		}
-		held := &lease{revision: rev}
-		held.renewed.Store(time.Now().UnixNano())
-		if err := l.seq.Own(p, func() bool { return held.valid(l.cfg.TTL) }); err != nil {
-			l.log.Error().Err(err).Int("partition", p).Msg("own partition")
-			if err := l.parts.Delete(ctx, partitionKey(p), jetstream.LastRevision(rev)); err != nil {
-				l.log.Warn().Err(err).Int("partition", p).Msg("give back lease")
-			}
-			continue
-		}
-		l.held[p] = held
 	}
+}
+
+func (l *Leases) heartbeat() ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+	defer cancel()
+	if _, err := l.nodes.Put(ctx, l.cfg.NodeID, []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))); err != nil {
+		return nil, err
+	}
+	live, err := l.nodes.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, fmt.Errorf("list live nodes: %w", err)
+	}
+	return live, nil
+}
+
+// renewAll renews every held lease, several at a time so a tick stays short when NATS is slow,
+// and returns the partitions whose lease is gone. l.mu is held.
+func (l *Leases) renewAll() []int {
+	const parallel = 16
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		lost []int
+		sem  = make(chan struct{}, parallel)
+	)
+	for p, held := range l.held {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if !l.renew(p, held) {
+				mu.Lock()
+				lost = append(lost, p)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return lost
+}
+
+// renew extends one lease by compare-and-set on its revision and reports whether it is still
+// this node's. When the outcome is unclear (a timeout, or a revision that moved on because an
+// earlier timed-out renewal did land) it reads the lease back: still ours means keep it; NATS
+// unreachable means keep it too, since lease.valid stops acks before it can have expired.
+func (l *Leases) renew(p int, held *lease) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+	defer cancel()
+	rev, err := l.parts.Update(ctx, partitionKey(p), []byte(l.cfg.NodeID), held.revision)
+	if err == nil {
+		held.revision = rev
+		held.renewed.Store(time.Now().UnixNano())
+		return true
+	}
+	readCtx, cancelRead := context.WithTimeout(context.Background(), leaseOpTimeout)
+	defer cancelRead()
+	entry, err := l.parts.Get(readCtx, partitionKey(p))
+	switch {
+	case err == nil && string(entry.Value()) == l.cfg.NodeID:
+		held.revision = entry.Revision() // renewed with this revision at the next tick
+		return true
+	case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+		return true
+	}
+	return false
+}
+
+// take acquires a free partition assigned to this node and starts owning it. l.mu is held.
+func (l *Leases) take(p int) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+	defer cancel()
+	rev, err := l.acquire(ctx, p)
+	if err != nil {
+		return // still held by its previous owner; try again next tick
+	}
+	held := &lease{revision: rev}
+	held.renewed.Store(time.Now().UnixNano())
+	if err := l.seq.Own(p, func() bool { return held.valid(l.cfg.TTL) }); err != nil {
+		l.log.Error().Err(err).Int("partition", p).Msg("own partition")
+		if err := l.parts.Delete(ctx, partitionKey(p), jetstream.LastRevision(rev)); err != nil {
+			l.log.Warn().Err(err).Int("partition", p).Msg("give back lease")
+		}
+		return
+	}
+	l.held[p] = held
 }
 
 // acquire takes a free partition lease, or one still held under this node's own id by a previous
@@ -231,9 +293,11 @@ func (l *Leases) acquire(ctx context.Context, p int) (uint64, error) {
 }
 
 // release persists and answers what partition p queued, then deletes its lease. l.mu is held.
-func (l *Leases) release(ctx context.Context, p int, held *lease) {
+func (l *Leases) release(p int, held *lease) {
 	l.seq.Release(p)
 	delete(l.held, p)
+	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+	defer cancel()
 	if err := l.parts.Delete(ctx, partitionKey(p), jetstream.LastRevision(held.revision)); err != nil {
 		l.log.Warn().Err(err).Int("partition", p).Msg("delete lease; it will expire")
 	}
@@ -244,13 +308,13 @@ func (l *Leases) release(ctx context.Context, p int, held *lease) {
 func (l *Leases) Close() {
 	close(l.stop)
 	<-l.done
-	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
-	defer cancel()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for p, held := range l.held {
-		l.release(ctx, p, held)
+		l.release(p, held)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+	defer cancel()
 	if err := l.nodes.Delete(ctx, l.cfg.NodeID); err != nil {
 		l.log.Warn().Err(err).Msg("delete heartbeat; it will expire")
 	}
