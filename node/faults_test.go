@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -211,27 +210,9 @@ func runSenders(ctx context.Context, senders ...*sender) (stop func()) {
 // checkDelivered fails unless c received seqs 1..n of convID live, in order, each once.
 func checkDelivered(t *testing.T, c *client.Conn, convID string, n int) {
 	t.Helper()
-	var seqs []int64
-	deadline := time.After(30 * time.Second)
-	for len(seqs) < n {
-		select {
-		case f, ok := <-c.Pushes():
-			if !ok {
-				t.Fatalf("connection closed after %d of %d messages: %v", len(seqs), n, c.Err())
-			}
-			if f.Type == protocol.TypeMessage && f.ConversationID == convID {
-				seqs = append(seqs, f.Seq)
-			}
-		case <-deadline:
-			t.Fatalf("delivered %d of %d messages: last seqs %v", len(seqs), n, seqs[max(0, len(seqs)-5):])
-		}
-	}
-	if !sort.SliceIsSorted(seqs, func(i, j int) bool { return seqs[i] < seqs[j] }) {
-		t.Fatalf("delivered out of order: %v", seqs)
-	}
-	for i, s := range seqs {
-		if s != int64(i+1) {
-			t.Fatalf("delivered seq %d at position %d", s, i)
+	for i, m := range testenv.Messages(t, c, convID, n, 30*time.Second) {
+		if m.Seq != int64(i+1) {
+			t.Fatalf("delivered seq %d at position %d of %d", m.Seq, i, n)
 		}
 	}
 }
@@ -248,13 +229,7 @@ func TestFaultStoreOutage(t *testing.T) {
 	alice := connectReady(t, n, "alice")
 	bob := connectReady(t, n, "bob")
 	carol := connectReady(t, n, "carol")
-	group, err := alice.CreateGroup(ctx, "outage", []string{"bob", "carol"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []*client.Conn{bob, carol} {
-		testenv.Push(t, c, 10*time.Second, func(f protocol.ServerFrame) bool { return f.Type == protocol.TypeConversation })
-	}
+	group := openGroup(t, alice, map[string]*client.Conn{"bob": bob, "carol": carol})
 	a, b := newSender("alice", alice, group.ID), newSender("bob", bob, group.ID)
 	stop := runSenders(ctx, a, b)
 	waitForAcks(t, "sends before the outage", 10, a, b)
@@ -313,12 +288,7 @@ func checkNATSOutage(t *testing.T, env testenv.Env, down, up func()) {
 	t.Helper()
 	n := testenv.StartNode(t, faultConfig(env))
 	ctx := ctxT(t, 2*time.Minute)
-	alice := connectReady(t, n, "alice")
-	bob := connectReady(t, n, "bob")
-	dm, err := alice.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice, bob, dm := dmOn(t, n)
 	a := newSender("alice", alice, dm.ID)
 	stop := runSenders(ctx, a)
 	waitForAcks(t, "sends before the outage", 10, a)
@@ -437,12 +407,7 @@ func (p *tcpCut) setDown(down bool) {
 func TestFaultGapFilledFromStore(t *testing.T) {
 	n, env := startSecurityNode(t, nil)
 	ctx := ctxT(t, time.Minute)
-	alice := connectReady(t, n, "alice")
-	bob := connectReady(t, n, "bob")
-	dm, err := alice.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice, bob, dm := dmOn(t, n)
 	a := newSender("alice", alice, dm.ID)
 	stop := runSenders(ctx, a)
 	waitForAcks(t, "first sends", 3, a)

@@ -150,6 +150,57 @@ func roundTrip(t *testing.T, c *client.Conn) {
 	}
 }
 
+// dmOn connects alice and bob to n, each with their hello received, and opens their DM.
+func dmOn(t *testing.T, n *testenv.Node) (alice, bob *client.Conn, dm protocol.Conversation) {
+	t.Helper()
+	alice, bob = connectReady(t, n, "alice"), connectReady(t, n, "bob")
+	dm, err := alice.OpenDM(ctxT(t, 10*time.Second), "bob")
+	if err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	return alice, bob, dm
+}
+
+// openGroup has creator create a group with the named members and waits until each member's
+// connection has heard of it, so that what follows reaches them live.
+func openGroup(t *testing.T, creator *client.Conn, members map[string]*client.Conn) protocol.Conversation {
+	t.Helper()
+	names := make([]string, 0, len(members))
+	for name := range members {
+		names = append(names, name)
+	}
+	group, err := creator.CreateGroup(ctxT(t, 10*time.Second), "group", names)
+	if err != nil {
+		t.Fatalf("create group: %v", err)
+	}
+	for _, c := range members {
+		testenv.Push(t, c, 10*time.Second, func(f protocol.ServerFrame) bool {
+			return f.Type == protocol.TypeConversation && f.Conversation.ID == group.ID
+		})
+	}
+	return group
+}
+
+// checkOutsiderHearsNothing has sender write to convID and waits until witness has the message;
+// by then outsider, whose earlier pushes the caller has drained, would have something of the
+// conversation too if it still heard it.
+func checkOutsiderHearsNothing(t *testing.T, convID string, sender, witness, outsider *client.Conn) {
+	t.Helper()
+	ack, err := sender.Send(ctxT(t, 10*time.Second), convID, "not for outsiders")
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	testenv.Push(t, witness, 10*time.Second, func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeMessage && f.ConversationID == convID && f.Seq == ack.Seq
+	})
+	roundTrip(t, outsider)
+	for _, f := range drainPushes(outsider) {
+		if f.ConversationID == convID || (f.Conversation != nil && f.Conversation.ID == convID) {
+			t.Fatalf("an outsider got %s (seq %d %q) of conversation %s", f.Type, f.Seq, f.Body, convID)
+		}
+	}
+}
+
 // storedBodies returns the bodies of a conversation's stored messages as c sees them in history.
 func storedBodies(t *testing.T, c *client.Conn, convID string) []string {
 	t.Helper()
@@ -301,19 +352,10 @@ func TestSecurityNonMemberIsRefused(t *testing.T) {
 		return f.Type == protocol.TypeTyping && f.UserID == "alice"
 	})
 	for _, conv := range []string{dm.ID, group.ID} {
-		if _, err := alice.Send(ctx, conv, "still secret"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testenv.Messages(t, bob, group.ID, 1, 10*time.Second)
-	roundTrip(t, mallory)
-	for _, f := range drainPushes(mallory) {
-		if f.ConversationID == dm.ID || f.ConversationID == group.ID || f.Conversation != nil {
-			t.Fatalf("mallory received %s of a conversation she is not in", f.Type)
-		}
+		checkOutsiderHearsNothing(t, conv, alice, bob, mallory)
 	}
 	for _, conv := range []string{dm.ID, group.ID} {
-		if got := storedBodies(t, bob, conv); strings.Join(got, ",") != "secret,still secret" {
+		if got := storedBodies(t, bob, conv); strings.Join(got, ",") != "secret,not for outsiders" {
 			t.Fatalf("stored in %s: %q", conv, got)
 		}
 	}
@@ -335,13 +377,7 @@ func TestSecurityIdentityComesFromTheSession(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	alice := connectReady(t, n, "alice")
 	bob := connectReady(t, n, "bob")
-	group, err := bob.CreateGroup(ctx, "team", []string{"alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Push(t, alice, 10*time.Second, func(f protocol.ServerFrame) bool {
-		return f.Type == protocol.TypeConversation && f.Conversation.ID == group.ID
-	})
+	group := openGroup(t, bob, map[string]*client.Conn{"alice": alice})
 	forged := fmt.Sprintf(`{"type":"send","id":"forge1","conversationId":%q,"clientMsgId":%q,"body":"from bob, honest",`+
 		`"senderId":"bob","userId":"bob","SenderID":"bob"}`, group.ID, uuid.NewString())
 	if err := alice.WriteRaw(ctx, []byte(forged)); err != nil {
@@ -377,7 +413,7 @@ func TestSecurityIdentityComesFromTheSession(t *testing.T) {
 	if _, err := bob.Send(ctx, group.ID, "bob is still here"); err != nil {
 		t.Fatalf("bob after alice's leave naming him: %v", err)
 	}
-	_, err = alice.Send(ctx, group.ID, "alice left")
+	_, err := alice.Send(ctx, group.ID, "alice left")
 	wantCode(t, "alice after leaving", err, protocol.CodeNotMember)
 }
 
@@ -390,15 +426,7 @@ func TestSecurityMembershipChangesApplyAtOnce(t *testing.T) {
 	alice := connectReady(t, n, "alice")
 	bob := connectReady(t, n, "bob")
 	dave := connectReady(t, n, "dave")
-	group, err := carol.CreateGroup(ctx, "team", []string{"alice", "bob"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []*client.Conn{alice, bob} {
-		testenv.Push(t, c, 10*time.Second, func(f protocol.ServerFrame) bool {
-			return f.Type == protocol.TypeConversation && f.Conversation.ID == group.ID
-		})
-	}
+	group := openGroup(t, carol, map[string]*client.Conn{"alice": alice, "bob": bob})
 	first, err := alice.Send(ctx, group.ID, "before")
 	if err != nil {
 		t.Fatal(err)
@@ -427,19 +455,7 @@ func TestSecurityMembershipChangesApplyAtOnce(t *testing.T) {
 		return f.Type == protocol.TypeRemoved && f.ConversationID == group.ID
 	})
 	drainPushes(bob)
-	after, err := carol.Send(ctx, group.ID, "after bob")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Push(t, alice, 10*time.Second, func(f protocol.ServerFrame) bool {
-		return f.Type == protocol.TypeMessage && f.Seq == after.Seq
-	})
-	roundTrip(t, bob)
-	for _, f := range drainPushes(bob) {
-		if f.ConversationID == group.ID && f.Type != protocol.TypeBadge {
-			t.Fatalf("bob got %s seq %d of the group after his removal", f.Type, f.Seq)
-		}
-	}
+	checkOutsiderHearsNothing(t, group.ID, carol, alice, bob)
 
 	// Leaving: the same, for the user's own choice.
 	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeLeave, ConversationID: group.ID}); err != nil {
@@ -449,6 +465,10 @@ func TestSecurityMembershipChangesApplyAtOnce(t *testing.T) {
 	wantCode(t, "alice's send after leaving", err, protocol.CodeNotMember)
 	_, err = alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeRemoveMember, ConversationID: group.ID, UserID: "carol"})
 	wantCode(t, "alice removing carol after leaving", err, protocol.CodeNotMember)
+	testenv.Push(t, alice, 10*time.Second, func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeRemoved && f.ConversationID == group.ID
+	})
+	drainPushes(alice)
 
 	// Adding: dave's live socket learns of the group and gets what follows.
 	if _, err := carol.Request(ctx, protocol.ClientFrame{Type: protocol.TypeAddMembers, ConversationID: group.ID, Members: []string{"dave"}}); err != nil {
@@ -467,12 +487,37 @@ func TestSecurityMembershipChangesApplyAtOnce(t *testing.T) {
 	if _, err := dave.Send(ctx, group.ID, "thanks"); err != nil {
 		t.Fatalf("dave's send after being added: %v", err)
 	}
-	roundTrip(t, alice)
-	for _, f := range drainPushes(alice) {
-		if f.Type == protocol.TypeMessage && f.ConversationID == group.ID {
-			t.Fatalf("alice got seq %d %q after leaving", f.Seq, f.Body)
-		}
-	}
+	checkOutsiderHearsNothing(t, group.ID, carol, dave, alice)
+}
+
+// TestSecurityRemovalReachesAnotherNodeAfterANATSBlip removes bob while his node cannot hear
+// NATS for a moment: once it hears again, bob must lose the group there too.
+func TestSecurityRemovalReachesAnotherNodeAfterANATSBlip(t *testing.T) {
+	t.Skip("known bug in hub: a membership change reaches other nodes only as a core NATS user event " +
+		"(at most once) and nothing reconciles after a reconnect, so bob keeps reading history and " +
+		"receiving the group's messages on his node; see docs/SECURITY.md, remove this skip with the fix")
+	storeCfg := testenv.StoreConfig(t)
+	natsURL := testenv.NATS(t)
+	cut := startTCPCut(t, strings.TrimPrefix(natsURL, "nats://"))
+	cfg1 := faultConfig(testenv.Env{NATSURL: natsURL, MongoURI: storeCfg.URI, Database: storeCfg.Database})
+	cfg1.NodeID = "n1"
+	cfg2 := faultConfig(testenv.Env{NATSURL: "nats://" + cut.addr(), MongoURI: storeCfg.URI, Database: storeCfg.Database})
+	cfg2.NodeID = "n2"
+	n1, n2 := testenv.StartNode(t, cfg1), testenv.StartNode(t, cfg2)
+	ctx := ctxT(t, time.Minute)
+	carol := connectReady(t, n1, "carol")
+	bob := connectReady(t, n2, "bob")
+	group := openGroup(t, carol, map[string]*client.Conn{"bob": bob})
+	cut.setDown(true)
+	// The announcement may time out if n2 owns the partition; the removal is stored either way.
+	_, _ = carol.Request(ctx, protocol.ClientFrame{Type: protocol.TypeRemoveMember, ConversationID: group.ID, UserID: "bob"})
+	cut.setDown(false)
+	testenv.Eventually(t, 20*time.Second, 100*time.Millisecond, func() bool {
+		_, err := bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeHistory, ConversationID: group.ID})
+		return err != nil
+	}, "bob's history on his node to be refused after his removal")
+	drainPushes(bob)
+	checkOutsiderHearsNothing(t, group.ID, carol, carol, bob)
 }
 
 func TestSecurityOriginCheck(t *testing.T) {
@@ -495,12 +540,7 @@ func TestSecurityOriginCheck(t *testing.T) {
 func TestSecurityOversizeFrameClosesTheConnection(t *testing.T) {
 	n, _ := startSecurityNode(t, nil)
 	ctx := ctxT(t, time.Minute)
-	alice := connectReady(t, n, "alice")
-	bob := connectReady(t, n, "bob")
-	dm, err := alice.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice, bob, dm := dmOn(t, n)
 	frame := fmt.Sprintf(`{"type":"send","id":"big","conversationId":%q,"clientMsgId":%q,"body":%q}`,
 		dm.ID, uuid.NewString(), strings.Repeat("x", session.DefaultReadLimit))
 	_ = alice.WriteRaw(ctx, []byte(frame)) // the server may cut the connection mid-write
@@ -522,12 +562,7 @@ func TestSecurityOversizeFrameClosesTheConnection(t *testing.T) {
 func TestSecurityLargestBodyFitsTheReadLimit(t *testing.T) {
 	n, _ := startSecurityNode(t, nil)
 	ctx := ctxT(t, time.Minute)
-	alice := connectReady(t, n, "alice")
-	bob := connectReady(t, n, "bob")
-	dm, err := alice.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice, bob, dm := dmOn(t, n)
 	body := strings.Repeat("<\x01", protocol.MaxBodyBytes/2) // encoding/json writes each as \u003c, \u0001
 	if _, err := alice.Send(ctx, dm.ID, body); err != nil {
 		t.Fatalf("send of a %d-byte body: %v (close status %v)", len(body), err, alice.CloseStatus())
@@ -540,13 +575,8 @@ func TestSecurityLargestBodyFitsTheReadLimit(t *testing.T) {
 func TestSecurityBodyTooLargeKeepsTheConnection(t *testing.T) {
 	n, _ := startSecurityNode(t, nil)
 	ctx := ctxT(t, time.Minute)
-	alice := connectReady(t, n, "alice")
-	bob := connectReady(t, n, "bob")
-	dm, err := alice.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = alice.Send(ctx, dm.ID, strings.Repeat("x", protocol.MaxBodyBytes+1))
+	alice, bob, dm := dmOn(t, n)
+	_, err := alice.Send(ctx, dm.ID, strings.Repeat("x", protocol.MaxBodyBytes+1))
 	if pe := wantCode(t, "send over MaxBodyBytes", err, protocol.CodeTooLarge); pe.Retryable {
 		t.Fatal("too_large is marked retryable; the same body can never succeed")
 	}
@@ -566,12 +596,7 @@ func TestSecuritySendRateLimit(t *testing.T) {
 		c.Session.SendBurst = burst
 	})
 	ctx := ctxT(t, time.Minute)
-	alice := connectReady(t, n, "alice")
-	bob := connectReady(t, n, "bob")
-	dm, err := alice.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice, bob, dm := dmOn(t, n)
 	var (
 		mu           sync.Mutex
 		acked        int
