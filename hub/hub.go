@@ -337,10 +337,13 @@ func (h *Hub) deliverMessage(data []byte) {
 	}
 }
 
-// Resync delivers what the live conversations stored while this node could not hear NATS (a
-// reconnect drops what was published meanwhile): per conversation, the messages after the highest
-// seq delivered here, up to SyncLimit; clients fill anything beyond from history.
+// Resync catches up after this node could not hear NATS (core NATS drops what is published
+// meanwhile). It first reconciles every online user's memberships with the store, so a join or a
+// removal announced during the gap takes effect here too; then it delivers, per live
+// conversation, the messages after the highest seq delivered here, up to SyncLimit (clients fill
+// anything beyond from history).
 func (h *Hub) Resync(ctx context.Context) {
+	h.reconcileMemberships(ctx)
 	h.mu.Lock()
 	after := make(map[string]int64, len(h.convs))
 	for id, c := range h.convs {
@@ -360,6 +363,41 @@ func (h *Hub) Resync(ctx context.Context) {
 				continue
 			}
 			h.deliverMessage(data)
+		}
+	}
+}
+
+// reconcileMemberships applies the joins and leaves the store knows of and this node missed.
+func (h *Hub) reconcileMemberships(ctx context.Context) {
+	h.mu.Lock()
+	users := make([]string, 0, len(h.users))
+	for id := range h.users {
+		users = append(users, id)
+	}
+	h.mu.Unlock()
+	for _, uid := range users {
+		convs, err := h.store.ConversationsOf(ctx, uid)
+		if err != nil {
+			h.log.Warn().Err(err).Str("user", uid).Msg("reconcile memberships after reconnect")
+			continue
+		}
+		inStore := make(map[string]bool, len(convs))
+		for _, c := range convs {
+			inStore[c.ID] = true
+			h.applyJoin(uid, toView(c, membership{lastSeq: c.LastSeq}))
+		}
+		h.mu.Lock()
+		var gone []string
+		if u, ok := h.users[uid]; ok {
+			for id := range u.memberships {
+				if !inStore[id] {
+					gone = append(gone, id)
+				}
+			}
+		}
+		h.mu.Unlock()
+		for _, id := range gone {
+			h.applyLeave(uid, id)
 		}
 	}
 }

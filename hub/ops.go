@@ -271,6 +271,9 @@ func (h *Hub) position(ctx context.Context, userID, convID string) (membership, 
 		return membership{}, 0, err
 	}
 	conv, err := h.store.Conversation(ctx, convID)
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && !conv.IsMember(userID)) {
+		return membership{}, 0, errNotMember // removed, and this node has not heard yet
+	}
 	if err != nil {
 		return membership{}, 0, fmt.Errorf("load conversation %s: %w", convID, err)
 	}

@@ -263,9 +263,6 @@ func TestFaultNATSConnectionLost(t *testing.T) {
 // TestFaultNATSServerRestart stops the NATS server itself and starts it again on the same port
 // and store directory.
 func TestFaultNATSServerRestart(t *testing.T) {
-	t.Skip("known bug in sequencer/leases.go: the lease buckets are in-memory JetStream KV streams, gone " +
-		"after a standalone NATS server restarts, and Leases never re-creates them, so the node stays fenced " +
-		"and every send is refused as unavailable; see docs/SECURITY.md, remove this skip with the fix")
 	natsCfg := embedded.NATSConfig{Port: testenv.FreePorts(t, 1)[0], StoreDir: t.TempDir()}
 	ns, err := embedded.StartNATS(natsCfg)
 	if err != nil {

@@ -5,6 +5,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -84,6 +85,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.Hub.Validate(); err != nil {
 		return err
+	}
+	// The session reads pongs between frames; one frame's work must not outlast the pong timeout,
+	// or a healthy client waiting on a slow send is closed as dead.
+	pong := cmp.Or(c.Session.PongTimeout, session.DefaultPongTimeout)
+	if work := max(cmp.Or(c.Hub.SendTimeout, hub.DefaultSendTimeout), cmp.Or(c.Hub.OpTimeout, hub.DefaultOpTimeout)); pong <= work {
+		return fmt.Errorf("node: the pong timeout (%s) must exceed the send and operation timeouts (%s)", pong, work)
 	}
 	return c.Session.Validate()
 }

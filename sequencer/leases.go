@@ -76,6 +76,7 @@ func (c LeaseConfig) Validate() error {
 type Leases struct {
 	cfg   LeaseConfig
 	seq   *Sequencer
+	js    jetstream.JetStream
 	nodes jetstream.KeyValue
 	parts jetstream.KeyValue
 	log   zerolog.Logger
@@ -109,37 +110,52 @@ func StartLeases(ctx context.Context, cfg LeaseConfig, seq *Sequencer, log zerol
 	if err != nil {
 		return nil, fmt.Errorf("leases: jetstream: %w", err)
 	}
-	bucket := func(name string) (jetstream.KeyValue, error) {
-		// A NATS cluster that just started may still be electing its JetStream leader: retry
-		// until ctx ends.
-		for {
-			attempt, cancel := context.WithTimeout(ctx, leaseOpTimeout)
-			kv, err := js.CreateOrUpdateKeyValue(attempt, jetstream.KeyValueConfig{
-				Bucket: name, TTL: cfg.TTL, History: 1, Storage: jetstream.MemoryStorage, Replicas: cfg.Replicas,
-			})
-			cancel()
-			if err == nil {
-				return kv, nil
-			}
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("leases: bucket %s: %w", name, err)
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}
-	prefix := seq.cfg.SubjectPrefix
-	l := &Leases{cfg: cfg, seq: seq, held: make(map[int]*lease), stop: make(chan struct{}), done: make(chan struct{}),
+	l := &Leases{cfg: cfg, seq: seq, js: js, held: make(map[int]*lease), stop: make(chan struct{}), done: make(chan struct{}),
 		log: log.With().Str("component", "leases").Str("node", cfg.NodeID).Logger()}
-	if l.nodes, err = bucket(prefix + "-nodes"); err != nil {
-		return nil, err
-	}
-	if l.parts, err = bucket(prefix + "-partitions"); err != nil {
-		return nil, err
+	// A NATS cluster that just started may still be electing its JetStream leader: retry until
+	// ctx ends.
+	for {
+		err := l.ensureBuckets(ctx)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	l.tick()
 	go l.run()
 	return l, nil
+}
+
+// ensureBuckets creates the lease buckets, or finds them. The buckets are in memory (leases are
+// worth nothing after their TTL anyway), so a NATS server that restarts comes back without them
+// and they are created again.
+func (l *Leases) ensureBuckets(ctx context.Context) error {
+	bucket := func(name string) (jetstream.KeyValue, error) {
+		ctx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
+		defer cancel()
+		kv, err := l.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: name, TTL: l.cfg.TTL, History: 1, Storage: jetstream.MemoryStorage, Replicas: l.cfg.Replicas,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("leases: bucket %s: %w", name, err)
+		}
+		return kv, nil
+	}
+	prefix := l.seq.cfg.SubjectPrefix
+	nodes, err := bucket(prefix + "-nodes")
+	if err != nil {
+		return err
+	}
+	parts, err := bucket(prefix + "-partitions")
+	if err != nil {
+		return err
+	}
+	l.nodes, l.parts = nodes, parts
+	return nil
 }
 
 func (l *Leases) run() {
@@ -163,6 +179,12 @@ func (l *Leases) tick() {
 	live, err := l.heartbeat()
 	if err != nil {
 		l.log.Warn().Err(err).Msg("heartbeat")
+		// The buckets may be gone with a restarted NATS server; recreate them for the next tick.
+		ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+		defer cancel()
+		if err := l.ensureBuckets(ctx); err != nil {
+			l.log.Warn().Err(err).Msg("recreate lease buckets")
+		}
 		return
 	}
 	mine := Assign(l.seq.cfg.Partitions, live)[l.cfg.NodeID]

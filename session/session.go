@@ -49,9 +49,14 @@ const (
 	// bursts pass, a script flooding a group does not.
 	DefaultSendRate  = 20
 	DefaultSendBurst = 40
+	// DefaultFrameRate and DefaultFrameBurst bound every frame a connection sends (typing and
+	// read frames fan out too): far above what a page sends, far below a flood.
+	DefaultFrameRate  = 100
+	DefaultFrameBurst = 200
 )
 
-// Config tunes sessions. Zero fields take the defaults above; a negative SendRate disables the limit.
+// Config tunes sessions. Zero fields take the defaults above; a negative SendRate or FrameRate
+// disables that limit.
 type Config struct {
 	ReadLimit    int64
 	QueueSize    int
@@ -60,6 +65,8 @@ type Config struct {
 	WriteTimeout time.Duration
 	SendRate     float64
 	SendBurst    int
+	FrameRate    float64
+	FrameBurst   int
 }
 
 // DefaultConfig returns the configuration with every default filled in.
@@ -72,6 +79,8 @@ func DefaultConfig() Config {
 		WriteTimeout: DefaultWriteTimeout,
 		SendRate:     DefaultSendRate,
 		SendBurst:    DefaultSendBurst,
+		FrameRate:    DefaultFrameRate,
+		FrameBurst:   DefaultFrameBurst,
 	}
 }
 
@@ -106,6 +115,12 @@ func (c Config) withDefaults() Config {
 	if c.SendBurst == 0 {
 		c.SendBurst = d.SendBurst
 	}
+	if c.FrameRate == 0 {
+		c.FrameRate = d.FrameRate
+	}
+	if c.FrameBurst == 0 {
+		c.FrameBurst = d.FrameBurst
+	}
 	return c
 }
 
@@ -128,6 +143,7 @@ type Session struct {
 	cfg    Config
 	log    zerolog.Logger
 	sends  *rate.Limiter
+	frames *rate.Limiter
 
 	queue     chan []byte
 	closeOnce sync.Once
@@ -141,20 +157,25 @@ func New(conn *websocket.Conn, userID string, cfg Config, log zerolog.Logger) *S
 	cfg = cfg.withDefaults()
 	id := uuid.NewString()
 	conn.SetReadLimit(cfg.ReadLimit)
-	limit := rate.Inf
-	if cfg.SendRate > 0 {
-		limit = rate.Limit(cfg.SendRate)
-	}
 	return &Session{
 		id:     id,
 		userID: userID,
 		conn:   conn,
 		cfg:    cfg,
 		log:    log.With().Str("session", id).Str("user", userID).Logger(),
-		sends:  rate.NewLimiter(limit, cfg.SendBurst),
+		sends:  limiter(cfg.SendRate, cfg.SendBurst),
+		frames: limiter(cfg.FrameRate, cfg.FrameBurst),
 		queue:  make(chan []byte, cfg.QueueSize),
 		closed: make(chan struct{}),
 	}
+}
+
+// limiter allows perSecond events with bursts of burst; a negative rate allows everything.
+func limiter(perSecond float64, burst int) *rate.Limiter {
+	if perSecond < 0 {
+		return rate.NewLimiter(rate.Inf, burst)
+	}
+	return rate.NewLimiter(rate.Limit(perSecond), burst)
 }
 
 // ID identifies the session.
@@ -254,6 +275,11 @@ func (s *Session) readLoop(ctx context.Context, h Handler) {
 		}
 		if typ != websocket.MessageText {
 			s.Reply(protocol.ErrorFrame("", protocol.Errorf(protocol.CodeBadFrame, "frames must be text")))
+			continue
+		}
+		if !s.frames.Allow() {
+			s.Reply(protocol.ErrorFrame("", &protocol.Error{Code: protocol.CodeRateLimited,
+				Message: "too many frames; slow down", Retryable: true}))
 			continue
 		}
 		f, err := protocol.DecodeClientFrame(data)

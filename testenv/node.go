@@ -30,7 +30,7 @@ func NewEnv(t testing.TB) Env {
 }
 
 // NodeConfig is a dev-mode node configuration on env, listening on a random loopback port, with
-// the send rate limit off so tests can send as fast as they like.
+// the rate limits off so tests can send as fast as they like.
 func (e Env) NodeConfig() node.Config {
 	cfg := node.Config{
 		Addr:      "127.0.0.1:0",
@@ -42,6 +42,7 @@ func (e Env) NodeConfig() node.Config {
 		DevMode:   true,
 	}
 	cfg.Session.SendRate = -1
+	cfg.Session.FrameRate = -1
 	return cfg
 }
 
