@@ -55,8 +55,11 @@ func TestHistoryPagesAtAnyDepth(t *testing.T) {
 	var rec testenv.CommandRecorder
 	cfg := env.NodeConfig()
 	cfg.StoreMonitor = rec.Monitor()
+	// The embedded store scans all 100,000 messages for every page (about 2 s alone, much more on
+	// a loaded machine): give each request time.
+	cfg.StoreTimeout, cfg.Hub.OpTimeout, cfg.Session.PongTimeout = time.Minute, time.Minute, 2*time.Minute
 	n := testenv.StartNode(t, cfg)
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := ctxT(t, 5*time.Minute)
 	if err := testenv.Connect(t, n.URL(), "bob").Close(); err != nil {
 		t.Fatal(err)
 	}

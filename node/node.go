@@ -61,6 +61,8 @@ type Config struct {
 	AllowedOrigins []string
 	// StoreMonitor, if set, sees every command sent to MongoDB (tests count and inspect them).
 	StoreMonitor *event.CommandMonitor
+	// StoreTimeout bounds one MongoDB round trip; 0 means storage.DefaultOperationTimeout.
+	StoreTimeout time.Duration
 	Sequencer    sequencer.Config
 	Leases       sequencer.LeaseConfig
 	Hub          hub.Config
@@ -166,7 +168,8 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats at %s: %w", cfg.NATSURL, err)
 	}
-	n.store, err = storage.Open(ctx, storage.Config{URI: cfg.MongoURI, Database: cfg.Database, Monitor: cfg.StoreMonitor})
+	n.store, err = storage.Open(ctx, storage.Config{URI: cfg.MongoURI, Database: cfg.Database, Monitor: cfg.StoreMonitor,
+		OperationTimeout: cfg.StoreTimeout})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +54,9 @@ type Config struct {
 	Database string
 	// Monitor, if set, sees every command the driver sends (tests count and inspect them).
 	Monitor *event.CommandMonitor
+	// OperationTimeout bounds one round trip when the caller's context allows longer; 0 means
+	// DefaultOperationTimeout.
+	OperationTimeout time.Duration
 	// SkipIndexes opens without building indexes: for a backfill of a legacy messages collection,
 	// whose missing seqs would violate the unique indexes until Backfill has numbered them.
 	SkipIndexes bool
@@ -83,7 +87,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	opts := options.Client().ApplyURI(cfg.URI).SetTimeout(DefaultOperationTimeout)
+	opts := options.Client().ApplyURI(cfg.URI).SetTimeout(cmp.Or(cfg.OperationTimeout, DefaultOperationTimeout))
 	if opts.WriteConcern == nil {
 		// Acked writes must survive a primary failover; majority is what makes an ack a promise.
 		opts.SetWriteConcern(writeconcern.Majority())

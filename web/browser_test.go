@@ -77,6 +77,9 @@ func TestTwoPeopleChat(t *testing.T) {
 	alice.typeMessage("see you", true)
 	bob.untilShown(1, 5)
 	framesBefore := len(bob.sentFrames())
+	// The page registers the read a moment after the message shows; reload only once it has, so
+	// the read is sent by the debounce or, usually, by the unload itself.
+	bob.waitFor("bob's page to register its read of seq 5", `['5'].includes(document.getElementById('messages').dataset.unsentRead) || document.getElementById('messages').dataset.sentRead === '5'`)
 	bob.do("reload", chromedp.Reload())
 	bob.waitConnected()
 	if !sentRead(bob.sentFrames()[framesBefore:], 5) {

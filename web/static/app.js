@@ -1031,6 +1031,7 @@
     if (reads.convId && reads.convId !== c.id) flushRead();
     reads.convId = c.id;
     reads.seq = Math.max(reads.seq, seq);
+    ui.list.dataset.unsentRead = String(reads.seq); // what the debounce holds back, for tests and tools
     if (!reads.timer) reads.timer = setTimeout(flushRead, READ_DEBOUNCE_MS);
   }
 
@@ -1041,7 +1042,9 @@
     if (sendFrame({ type: 'read', conversationId: reads.convId, seq: reads.seq })) {
       reads.sent.set(reads.convId, reads.seq);
       reads.convId = null;
+      ui.list.dataset.sentRead = String(reads.seq);
       reads.seq = 0;
+      delete ui.list.dataset.unsentRead;
     } // not connected: kept, and sent again once the user sees the messages after the sync
   }
 
