@@ -90,7 +90,10 @@ type liveConversation struct {
 	members   int // total members, for the live-receipts decision
 	local     map[string]*onlineUser
 	sub       *nats.Subscription
-	delivered seqWindow
+	// delivered is the highest seq delivered here. Delivery only moves forward, so every socket
+	// sees a conversation in seq order, each seq once; a message that arrives behind a later one
+	// (republished after an owner failover) is left to the clients' gap fill from history.
+	delivered int64
 }
 
 // New returns a hub. reads receives every cursor move and is flushed on disconnect.
@@ -209,7 +212,7 @@ func (h *Hub) join(u *onlineUser, convID, kind string, members int, lastSeq, rea
 			return fmt.Errorf("set pending limits for %s: %w", convID, err)
 		}
 		c = &liveConversation{id: convID, kind: kind, members: members, local: make(map[string]*onlineUser), sub: sub,
-			delivered: seqWindow{high: lastSeq}}
+			delivered: lastSeq}
 		h.convs[convID] = c
 	}
 	c.members = max(c.members, members)
@@ -312,9 +315,10 @@ func (h *Hub) deliverMessage(data []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c, ok := h.convs[msg.ConversationID]
-	if !ok || !c.delivered.mark(msg.Seq) {
-		return // nobody here, or a republished message this node already delivered
+	if !ok || msg.Seq <= c.delivered {
+		return // nobody here, or not newer than what was delivered
 	}
+	c.delivered = msg.Seq
 	for _, u := range c.local {
 		ms, ok := u.memberships[msg.ConversationID]
 		if !ok {
@@ -347,7 +351,7 @@ func (h *Hub) Resync(ctx context.Context) {
 	h.mu.Lock()
 	after := make(map[string]int64, len(h.convs))
 	for id, c := range h.convs {
-		after[id] = c.delivered.high
+		after[id] = c.delivered
 	}
 	h.mu.Unlock()
 	for id, seq := range after {
