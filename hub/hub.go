@@ -62,7 +62,18 @@ type Hub struct {
 	mu    sync.Mutex
 	users map[string]*onlineUser
 	convs map[string]*liveConversation
+
+	// events receives every subscription's messages; one dispatcher goroutine handles them in
+	// arrival order. Channel subscriptions cost no goroutine each, unlike callback ones, which
+	// matters with a subscription per online user and per live conversation.
+	events chan *nats.Msg
+	stop   chan struct{}
+	done   chan struct{}
 }
+
+// eventBuffer bounds the NATS messages waiting for the dispatcher; past it NATS drops them as a
+// slow consumer (logged), and clients fill the gap from history.
+const eventBuffer = 1 << 16
 
 // onlineUser is a user with at least one session on this node.
 type onlineUser struct {
@@ -101,16 +112,44 @@ func New(cfg Config, nc *nats.Conn, seq Sender, store Store, reads *readstate.Co
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Hub{
-		cfg:   cfg.withDefaults(),
-		nc:    nc,
-		seq:   seq,
-		store: store,
-		reads: reads,
-		log:   log.With().Str("component", "hub").Logger(),
-		users: make(map[string]*onlineUser),
-		convs: make(map[string]*liveConversation),
-	}, nil
+	h := &Hub{
+		cfg:    cfg.withDefaults(),
+		nc:     nc,
+		seq:    seq,
+		store:  store,
+		reads:  reads,
+		log:    log.With().Str("component", "hub").Logger(),
+		users:  make(map[string]*onlineUser),
+		convs:  make(map[string]*liveConversation),
+		events: make(chan *nats.Msg, eventBuffer),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	go h.dispatch()
+	return h, nil
+}
+
+// Close stops the dispatcher. Sessions must be closed first.
+func (h *Hub) Close() {
+	close(h.stop)
+	<-h.done
+}
+
+func (h *Hub) dispatch() {
+	defer close(h.done)
+	userPrefix := h.cfg.SubjectPrefix + ".user."
+	for {
+		select {
+		case m := <-h.events:
+			if strings.HasPrefix(m.Subject, userPrefix) {
+				h.onUserEvent(m)
+			} else {
+				h.onConversationEvent(m)
+			}
+		case <-h.stop:
+			return
+		}
+	}
 }
 
 // Subjects. Conversation events share one wildcard subscription per conversation.
@@ -179,7 +218,7 @@ func (h *Hub) addUser(user storage.User, convs []storage.Conversation, cursors m
 		sessions:     make(map[*session.Session]struct{}),
 		memberships:  make(map[string]*membership, len(convs)),
 	}
-	sub, err := h.nc.Subscribe(h.userSubject(user.ID), h.onUserEvent)
+	sub, err := h.nc.ChanSubscribe(h.userSubject(user.ID), h.events)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to user %s: %w", user.ID, err)
 	}
@@ -203,13 +242,9 @@ func (h *Hub) join(u *onlineUser, convID, kind string, members int, lastSeq, rea
 	}
 	c, ok := h.convs[convID]
 	if !ok {
-		sub, err := h.nc.Subscribe(h.conversationWildcard(convID), h.onConversationEvent)
+		sub, err := h.nc.ChanSubscribe(h.conversationWildcard(convID), h.events)
 		if err != nil {
 			return fmt.Errorf("subscribe to conversation %s: %w", convID, err)
-		}
-		// A 5,000-member group can burst; never drop events because of the default pending limit.
-		if err := sub.SetPendingLimits(-1, -1); err != nil {
-			return fmt.Errorf("set pending limits for %s: %w", convID, err)
 		}
 		c = &liveConversation{id: convID, kind: kind, members: members, local: make(map[string]*onlineUser), sub: sub,
 			delivered: lastSeq}

@@ -262,6 +262,7 @@ func (n *Node) stopParts() {
 	if n.hub != nil {
 		close(n.stopResync)
 		<-n.resyncDone
+		n.hub.Close()
 	}
 	if n.leases != nil {
 		n.leases.Close()

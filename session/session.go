@@ -237,27 +237,20 @@ func (s *Session) Serve(ctx context.Context, h Handler) error {
 	defer h.Closed(s)
 
 	// The connection's own context outlives ctx: on shutdown the writer must still send the close
-	// frame, and only then are the reader and any handler I/O cut off.
+	// frame, and only then are the reader and any handler I/O cut off. The reader runs on this
+	// goroutine (the HTTP server's, for the connection), so a session costs two goroutines.
 	connCtx, cancelConn := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelConn()
+	stopWatching := context.AfterFunc(ctx, func() { s.Close(websocket.StatusGoingAway, "server shutting down") })
+	defer stopWatching()
 	writerDone := make(chan struct{})
-	readerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
 		s.writeLoop(connCtx)
+		cancelConn()
 	}()
-	go func() {
-		defer close(readerDone)
-		s.readLoop(connCtx, h)
-	}()
-	select {
-	case <-ctx.Done():
-		s.Close(websocket.StatusGoingAway, "server shutting down")
-	case <-s.closed:
-	}
+	s.readLoop(connCtx, h)
 	<-writerDone
-	cancelConn()
-	<-readerDone
 	return nil
 }
 
