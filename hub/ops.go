@@ -224,7 +224,9 @@ func (h *Hub) sync(ctx context.Context, s *session.Session, f protocol.ClientFra
 			if err != nil {
 				return err
 			}
-			s.Enqueue(frame)
+			if err := s.QueueReply(ctx, frame); err != nil {
+				return err
+			}
 		}
 	}
 	views, err := h.conversationViews(ctx, s.UserID())

@@ -18,8 +18,9 @@ const (
 	// DefaultMaxBatch bounds one group commit: one insertMany of at most this many messages.
 	DefaultMaxBatch = 512
 	// DefaultQueueSize bounds the sends waiting on one partition; past it a send is refused as
-	// retryable instead of growing memory without limit.
-	DefaultQueueSize = 8192
+	// retryable instead of growing memory without limit. Two full batches: more waiting means
+	// the store is not keeping up.
+	DefaultQueueSize = 1024
 	// DefaultRecentIDs is how many clientMsgIds each partition remembers to answer a retry without a
 	// store lookup; older retries are still caught by the unique index.
 	DefaultRecentIDs = 65536

@@ -3,15 +3,17 @@ package sequencer
 import "github.com/chatd/chatd/protocol"
 
 // recentIDs remembers the last n acknowledged sends by (conversation, clientMsgId), evicting the
-// oldest, so a retry is answered without a store lookup.
+// oldest, so a retry is answered without a store lookup. It grows as sends arrive: a node owns
+// many partitions, most of them quiet, and preallocating n entries each cost over a gigabyte.
 type recentIDs struct {
 	byKey map[string]protocol.Message
 	ring  []string
+	limit int
 	next  int
 }
 
 func newRecentIDs(n int) *recentIDs {
-	return &recentIDs{byKey: make(map[string]protocol.Message, n), ring: make([]string, n)}
+	return &recentIDs{byKey: make(map[string]protocol.Message), limit: n}
 }
 
 func recentKey(conversationID, clientMsgID string) string {
@@ -27,10 +29,12 @@ func (r *recentIDs) add(key string, m protocol.Message) {
 	if _, ok := r.byKey[key]; ok {
 		return
 	}
-	if old := r.ring[r.next]; old != "" {
-		delete(r.byKey, old)
-	}
-	r.ring[r.next] = key
 	r.byKey[key] = m
-	r.next = (r.next + 1) % len(r.ring)
+	if len(r.ring) < r.limit {
+		r.ring = append(r.ring, key)
+		return
+	}
+	delete(r.byKey, r.ring[r.next])
+	r.ring[r.next] = key
+	r.next = (r.next + 1) % r.limit
 }

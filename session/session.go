@@ -35,9 +35,11 @@ const (
 	// escaped: JSON encoders write a control character (and encoding/json also '<', '>', '&') as
 	// six bytes, \u0001, so the limit is six bodies plus room for the other fields.
 	DefaultReadLimit = 6*protocol.MaxBodyBytes + 4<<10
-	// DefaultQueueSize bounds the frames waiting to be written to one socket. A healthy client
-	// drains it in milliseconds; a full queue means the client stopped reading.
-	DefaultQueueSize = 512
+	// DefaultQueueSize bounds the pushed frames waiting to be written to one socket. A healthy
+	// client drains it in milliseconds; a full queue means the client stopped reading. Replies to
+	// the client's own requests wait for room instead (QueueReply), so a long sync cannot fill it.
+	// Each slot costs 24 bytes on every connection, idle or not.
+	DefaultQueueSize = 256
 	// DefaultPingInterval keeps NAT and load-balancer idle timers (often 60 s) from cutting idle
 	// connections, and finds dead peers within about a minute.
 	DefaultPingInterval = 25 * time.Second
@@ -199,6 +201,19 @@ func (s *Session) Enqueue(frame []byte) bool {
 	default:
 		s.Close(StatusSlowConsumer, "slow consumer: write queue full")
 		return false
+	}
+}
+
+// QueueReply queues a frame that answers the client's own request, waiting for room: the client
+// paces what it asked for by reading it. It fails when the session closes or ctx ends.
+func (s *Session) QueueReply(ctx context.Context, frame []byte) error {
+	select {
+	case s.queue <- frame:
+		return nil
+	case <-s.closed:
+		return errors.New("session closed")
+	case <-ctx.Done():
+		return fmt.Errorf("queue reply: %w", ctx.Err())
 	}
 }
 
