@@ -49,6 +49,7 @@ type config struct {
 	DMs              int           `json:"dms"`
 	Groups           int           `json:"groups"`
 	GroupSize        int           `json:"groupSize"`
+	Senders          int           `json:"senders"`
 	Rate             float64       `json:"rate"`
 	Duration         time.Duration `json:"duration"`
 	Drain            time.Duration `json:"drain"`
@@ -61,6 +62,7 @@ type config struct {
 
 	// Only the parent uses these.
 	Idle       bool          `json:"-"`
+	Warmup     bool          `json:"-"`
 	Hold       time.Duration `json:"-"`
 	Settle     time.Duration `json:"-"`
 	Procs      int           `json:"-"`
@@ -112,6 +114,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&cfg.DMs, "dms", -1, "DMs to create between pairs of users; default clients/2 unless -groups is given")
 	fs.IntVar(&cfg.Groups, "groups", 0, "groups to create")
 	fs.IntVar(&cfg.GroupSize, "group-size", 10, "members per group, the creator included")
+	fs.IntVar(&cfg.Senders, "senders", 0, "members of each conversation who send; 0 means all (in large groups few people talk)")
 	fs.Float64Var(&cfg.Rate, "rate", 100, "target sends per second, over all connections")
 	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long to send")
 	fs.DurationVar(&cfg.Drain, "drain", 10*time.Second, "how long to wait after the last ack for deliveries still in flight")
@@ -121,6 +124,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&cfg.DialConcurrency, "dial-concurrency", 32, "sign-ins and dials in flight at once")
 	fs.IntVar(&cfg.SetupConcurrency, "setup-concurrency", 8, "conversations being created at once")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of the send order")
+	fs.BoolVar(&cfg.Warmup, "warmup", true, "send one unmeasured message to every conversation first, so owners have loaded them")
 	fs.BoolVar(&cfg.Idle, "idle", false, "only open the connections and hold them (memory per connection)")
 	fs.DurationVar(&cfg.Hold, "hold", 0, "with -idle, how long to hold the connections; 0 holds until interrupted")
 	fs.DurationVar(&cfg.Settle, "settle", 5*time.Second, "wait after connecting before reading the servers' memory")

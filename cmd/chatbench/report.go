@@ -16,6 +16,7 @@ type report struct {
 	Login            *result
 	Connect          *result
 	Setup            *result
+	Warmup           *result
 	Drive            *result
 	RSS              rssReport
 	HeldFor          time.Duration
@@ -92,6 +93,7 @@ type reportJSON struct {
 	RSSPerConnKiB    float64    `json:"rssPerConnKiB"`
 	HeldSeconds      float64    `json:"heldSeconds,omitempty"`
 	Setup            *phaseJSON `json:"setup,omitempty"`
+	Warmup           *phaseJSON `json:"warmup,omitempty"`
 	Memberships      int64      `json:"memberships,omitempty"`
 	UnconfirmedJoins int64      `json:"unconfirmedJoins,omitempty"`
 	MaxConnRate      float64    `json:"maxConnRate,omitempty"`
@@ -118,7 +120,7 @@ type loadJSON struct {
 func (r *report) toJSON() reportJSON {
 	out := reportJSON{URLs: r.cfg.URLs, Clients: r.cfg.Clients, Procs: r.cfg.Procs, Mode: "load",
 		Login: phaseOf(r.Login), Connect: phaseOf(r.Connect), RSS: r.RSS, RSSPerConnKiB: r.RSS.perConnKiB(),
-		HeldSeconds: r.HeldFor.Seconds(), Setup: phaseOf(r.Setup)}
+		HeldSeconds: r.HeldFor.Seconds(), Setup: phaseOf(r.Setup), Warmup: phaseOf(r.Warmup)}
 	if r.cfg.Idle {
 		out.Mode = "idle"
 	}
@@ -139,8 +141,12 @@ func (r *report) toJSON() reportJSON {
 			l.Errors = map[string]int64{}
 		}
 		if d.SendWindow > 0 {
-			l.AckedPerSec = float64(d.OK) / d.SendWindow.Seconds()
-			l.ServerCPUCores = r.ServerCPUSeconds / d.SendWindow.Seconds()
+			// A server that falls behind acks after the sends stopped: the rate it sustained is
+			// the acks over the time until the last of them.
+			l.AckedPerSec = float64(d.OK) / max(d.SendWindow, d.AckWindow).Seconds()
+		}
+		if d.Elapsed > 0 {
+			l.ServerCPUCores = r.ServerCPUSeconds / d.Elapsed.Seconds() // CPU is sampled around the whole phase
 		}
 		if d.DeliveryWindow > 0 {
 			l.DeliveredPerSec = float64(d.Delivered) / d.DeliveryWindow.Seconds()
@@ -184,6 +190,9 @@ func (r *report) print(w io.Writer, asJSON bool) error {
 			row("\t%d members were not told of their conversation in time", j.UnconfirmedJoins)
 		}
 	}
+	if p := j.Warmup; p != nil {
+		row("warm-up\t%d conversations in %.1fs%s", p.OK, p.Seconds, errorText(p.Errors))
+	}
 	if l := j.Load; l != nil {
 		row("sends\t%d acked of %d in %.1fs: %.1f/s (target %.0f/s)%s", l.Acked, l.Attempted, l.Seconds, l.AckedPerSec,
 			l.TargetRate, errorText(l.Errors))
@@ -200,7 +209,7 @@ func (r *report) print(w io.Writer, asJSON bool) error {
 	for _, p := range []struct {
 		name     string
 		examples map[string]string
-	}{{"sign-in", examplesOf(j.Login)}, {"connect", examplesOf(j.Connect)}, {"setup", examplesOf(j.Setup)}, {"send", loadExamples(j.Load)}} {
+	}{{"sign-in", examplesOf(j.Login)}, {"connect", examplesOf(j.Connect)}, {"setup", examplesOf(j.Setup)}, {"warm-up", examplesOf(j.Warmup)}, {"send", loadExamples(j.Load)}} {
 		for _, code := range slices.Sorted(maps.Keys(p.examples)) {
 			row("first %s error\t%s: %s", p.name, code, p.examples[code])
 		}

@@ -34,6 +34,7 @@ type result struct {
 	Expected       int64         `json:"expected,omitempty"`
 	Delivered      int64         `json:"delivered,omitempty"`
 	SendWindow     time.Duration `json:"sendWindow,omitempty"`
+	AckWindow      time.Duration `json:"ackWindow,omitempty"` // from the first send to the last ack
 	DeliveryWindow time.Duration `json:"deliveryWindow,omitempty"`
 	Delivery       *histogram    `json:"delivery,omitempty"`
 }
@@ -65,6 +66,7 @@ func (r *result) merge(o *result) {
 	r.Expected += o.Expected
 	r.Delivered += o.Delivered
 	r.SendWindow = max(r.SendWindow, o.SendWindow)
+	r.AckWindow = max(r.AckWindow, o.AckWindow)
 	r.DeliveryWindow = max(r.DeliveryWindow, o.DeliveryWindow)
 	r.Delivery = mergeHistograms(r.Delivery, o.Delivery)
 }

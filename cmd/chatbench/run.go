@@ -223,6 +223,12 @@ func runBench(ctx context.Context, cfg config, log io.Writer) (rep *report, err 
 			logf(log, "warning: the busiest connection would send %.1f/s, above the server's default limit of %d/s; use more clients",
 				rep.Setup.MaxConnRate, defaultSendLimit)
 		}
+		if cfg.Warmup {
+			logf(log, "warming up: one send per conversation")
+			if rep.Warmup, err = runAll(ctx, shares, phaseWarmup); err != nil {
+				return rep, err
+			}
+		}
 		logf(log, "sending %.0f/s for %s", cfg.Rate, cfg.Duration)
 		cpuBefore := serverCPU(cfg.ServerPIDs)
 		if rep.Drive, err = runAll(ctx, shares, phaseDrive); err != nil {

@@ -76,6 +76,8 @@ func (w *worker) run(ctx context.Context, phase string) (*result, error) {
 		return w.connect(ctx), nil
 	case phaseSetup:
 		return w.setup(ctx), nil
+	case phaseWarmup:
+		return w.warmup(ctx), nil
 	case phaseDrive:
 		return w.drive(ctx), nil
 	case phaseClose:
@@ -89,6 +91,7 @@ const (
 	phaseLogin   = "login"
 	phaseConnect = "connect"
 	phaseSetup   = "setup"
+	phaseWarmup  = "warmup"
 	phaseDrive   = "drive"
 	phaseClose   = "close"
 )
@@ -236,7 +239,11 @@ func (w *worker) setup(ctx context.Context) *result {
 	for i := range w.convs {
 		conv := &w.convs[i]
 		res.Memberships += int64(len(conv.members))
-		for _, m := range conv.members {
+		senders := conv.members
+		if k := w.cfg.Senders; k > 0 && k < len(senders) {
+			senders = senders[:k]
+		}
+		for _, m := range senders {
 			w.slots = append(w.slots, slot{conv: conv, sender: m})
 			turns[m]++
 		}
@@ -290,6 +297,29 @@ func (w *worker) create(ctx context.Context, creator *benchConn, name string, me
 	return r.Conversation.ID, true, nil
 }
 
+// warmup sends one message to every conversation, a few at a time, so the partition owners have
+// loaded each conversation before the measured sends; a cold load costs store reads that a busy
+// conversation pays only once.
+func (w *worker) warmup(ctx context.Context) *result {
+	start := time.Now()
+	var errs errorCounter
+	var ok atomic.Int64
+	parallel(len(w.convs), w.cfg.SetupConcurrency, func(i int) {
+		conv := &w.convs[i]
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+		defer cancel()
+		if _, err := conv.members[0].request(rctx, protocol.ClientFrame{Type: protocol.TypeSend,
+			ConversationID: conv.id, ClientMsgID: uuid.NewString(), Body: bodyPrefix + "warm-up"}); err != nil {
+			errs.add(err)
+			return
+		}
+		ok.Add(1)
+	})
+	res := &result{Elapsed: time.Since(start), OK: ok.Load()}
+	errs.fill(res)
+	return res
+}
+
 // drive sends at the target rate for the duration, open loop: a send is issued on schedule whether
 // or not earlier ones were acked, so a slow server shows up as latency rather than as a lower rate
 // that hides it. It then waits up to the drain time for the deliveries still in flight.
@@ -300,7 +330,7 @@ func (w *worker) drive(ctx context.Context) *result {
 		return res
 	}
 	var errs errorCounter
-	var acked, expected, inflight, skipped atomic.Int64
+	var acked, expected, inflight, skipped, lastAck atomic.Int64
 	ackLat := &histogram{}
 	var wg sync.WaitGroup
 	total := int64(w.cfg.Rate * w.cfg.Duration.Seconds())
@@ -331,6 +361,7 @@ func (w *worker) drive(ctx context.Context) *result {
 				}
 				ackLat.record(time.Since(t0))
 				acked.Add(1)
+				storeMax(&lastAck, time.Now().UnixNano())
 				expected.Add(int64(len(s.conv.members) - 1))
 			}()
 		}
@@ -352,6 +383,9 @@ func (w *worker) drive(ctx context.Context) *result {
 	res.Delivered = w.delivered.Load()
 	res.Delivery = &w.delivery
 	res.SendWindow = sendWindow
+	if last := lastAck.Load(); last > 0 {
+		res.AckWindow = time.Duration(last - start.UnixNano())
+	}
 	if last := w.lastDeliv.Load(); last > 0 {
 		res.DeliveryWindow = time.Duration(last - start.UnixNano())
 	}
@@ -385,9 +419,14 @@ func (w *worker) onPush(c *benchConn, f *frame, at time.Time) {
 	}
 	w.delivery.record(at.Sub(time.Unix(0, sent)))
 	w.delivered.Add(1)
+	storeMax(&w.lastDeliv, at.UnixNano())
+}
+
+// storeMax raises v to at least x.
+func storeMax(v *atomic.Int64, x int64) {
 	for {
-		last := w.lastDeliv.Load()
-		if at.UnixNano() <= last || w.lastDeliv.CompareAndSwap(last, at.UnixNano()) {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
 			return
 		}
 	}

@@ -1,14 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -148,53 +149,54 @@ func TestTailSurvivesRestart(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var tailOut, tailErr lockedBuffer
+	out, tailStdout := io.Pipe()
+	var tailErr bytes.Buffer // read only after the command has returned
 	tailCode := make(chan int, 1)
 	go func() {
-		tailCode <- run(ctx, []string{"tail", "-json", "-after", "0", "-count", "4", dm},
-			cli{stdin: strings.NewReader(""), stdout: &tailOut, stderr: &tailErr, getenv: bob.getenv})
+		code := run(ctx, []string{"tail", "-json", "-after", "0", "-count", "4", dm},
+			cli{stdin: strings.NewReader(""), stdout: tailStdout, stderr: &tailErr, getenv: bob.getenv})
+		tailStdout.Close()
+		tailCode <- code
 	}()
-	// The tail is connected once it has printed what was there before it.
-	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() bool { return strings.Contains(tailOut.String(), "before tail") }, "tail to start")
+	lines := make(chan string, 16) // never full: the tail must not block on its output
+	go func() {
+		defer close(lines)
+		for sc := bufio.NewScanner(out); sc.Scan(); {
+			lines <- sc.Text()
+		}
+	}()
+	var got []string
+	next := func() {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("tail ended after %d lines: exit %d: %s", len(got), <-tailCode, tailErr.String())
+			}
+			got = append(got, line)
+		case <-time.After(time.Minute):
+			t.Fatalf("tail printed %d lines in a minute", len(got))
+		}
+	}
+	next() // the tail is connected once it has printed what was there before it
 	alice.must("send", dm, "live")
 	n.Stop()
 	n = testenv.StartNode(t, cfg)
 	alice.must("send", dm, "after restart 1")
 	alice.must("send", dm, "after restart 2")
-
+	for len(got) < 4 {
+		next()
+	}
 	if code := <-tailCode; code != exitOK {
 		t.Fatalf("tail: exit %d: %s", code, tailErr.String())
 	}
-	lines := strings.Split(strings.TrimSpace(tailOut.String()), "\n")
 	want := []string{"before tail", "live", "after restart 1", "after restart 2"}
-	if len(lines) != len(want) {
-		t.Fatalf("tail printed %d lines, want %d:\n%s\nstderr:\n%s", len(lines), len(want), tailOut.String(), tailErr.String())
-	}
-	for i, line := range lines {
+	for i, line := range got {
 		var m protocol.Message
 		decode(t, line, &m)
 		if m.Seq != int64(i+1) || m.Body != want[i] {
 			t.Fatalf("line %d = seq %d %q, want seq %d %q", i, m.Seq, m.Body, i+1, want[i])
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a running command writes while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func decode(t *testing.T, s string, v any) {

@@ -107,41 +107,40 @@ func (t *tailer) follow(ctx context.Context, s *session, first bool) error {
 		if !found {
 			return &protocol.Error{Code: protocol.CodeNotMember, Message: "you are no longer in this conversation"}
 		}
-		if err := t.drainQueued(ctx, s); err != nil {
+		if err := t.pump(ctx, s, false); err != nil {
 			return err
 		}
 	}
 	if err := t.catchUp(ctx, s, target); err != nil {
 		return err
 	}
-	for {
-		select {
-		case f, ok := <-s.conn.Pushes():
-			if !ok {
-				return fmt.Errorf("connection lost: %w", s.conn.Err())
-			}
-			if err := t.handle(ctx, s, f); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return t.pump(ctx, s, true)
 }
 
-// drainQueued handles the pushes already received, without waiting for more.
-func (t *tailer) drainQueued(ctx context.Context, s *session) error {
+// pump handles pushes until the connection ends; with wait false it stops as soon as none is
+// queued, having handled only what was already received.
+func (t *tailer) pump(ctx context.Context, s *session, wait bool) error {
 	for {
-		select {
-		case f, ok := <-s.conn.Pushes():
-			if !ok {
-				return fmt.Errorf("connection lost: %w", s.conn.Err())
+		var f protocol.ServerFrame
+		var ok bool
+		if wait {
+			select {
+			case f, ok = <-s.conn.Pushes():
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			if err := t.handle(ctx, s, f); err != nil {
-				return err
+		} else {
+			select {
+			case f, ok = <-s.conn.Pushes():
+			default:
+				return nil
 			}
-		default:
-			return nil
+		}
+		if !ok {
+			return fmt.Errorf("connection lost: %w", s.conn.Err())
+		}
+		if err := t.handle(ctx, s, f); err != nil {
+			return err
 		}
 	}
 }
