@@ -3,6 +3,8 @@ package sequencer_test
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,9 +24,17 @@ import (
 // against the naive write path it replaces. Keep b.N modest (-benchtime=2000x): the embedded store
 // scans whole collections on filtered reads, so a large messages collection slows both.
 //
+// Both open the store with a pool of benchPoolSize connections: the embedded store (FerretDB 1.24
+// on SQLite) holds one of its 100 SQLite connections per statement of every running update until
+// the update ends, and with the driver's default pool of 100, 64 partitions flushing at once can
+// take them all and stall every command until the driver gives up.
+//
 // Sub-benchmarks vary how many conversations the load is spread over: one busy group is the case
 // the sequencer exists for, hundreds of quiet DMs the case where batches are smallest.
-const benchSenders = 256 // sends in flight at once, as many busy sessions would have
+const (
+	benchSenders  = 256 // sends in flight at once, as many busy sessions would have
+	benchPoolSize = 16
+)
 
 var benchConversationCounts = []int{1, 16, 256}
 
@@ -37,7 +47,7 @@ func BenchmarkSequencerGroupCommit(b *testing.B) {
 }
 
 func benchGroupCommit(b *testing.B, conversations int) {
-	store := testenv.Store(b)
+	store := benchStore(b)
 	nc, err := nats.Connect(testenv.NATS(b))
 	if err != nil {
 		b.Fatalf("connect to nats: %v", err)
@@ -73,7 +83,7 @@ func BenchmarkNaiveSend(b *testing.B) {
 }
 
 func benchNaive(b *testing.B, conversations int) {
-	store := testenv.Store(b)
+	store := benchStore(b)
 	convs := benchConversationIDs(b, store, conversations)
 	locks := make(map[string]*sync.Mutex, len(convs))
 	for _, id := range convs {
@@ -133,6 +143,20 @@ func runSenders(b *testing.B, convs []string, send func(ctx context.Context, con
 		b.Fatalf("send: %v", err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+}
+
+// benchStore opens a fresh database with a pool of benchPoolSize connections.
+func benchStore(b *testing.B) *storage.Store {
+	cfg := testenv.StoreConfig(b)
+	u, err := url.Parse(cfg.URI)
+	if err != nil {
+		b.Fatalf("parse store URI: %v", err)
+	}
+	q := u.Query()
+	q.Set("maxPoolSize", strconv.Itoa(benchPoolSize))
+	u.RawQuery = q.Encode()
+	cfg.URI = u.String()
+	return testenv.OpenStore(b, cfg)
 }
 
 func benchConversationIDs(b *testing.B, store *storage.Store, n int) []string {
