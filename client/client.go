@@ -69,6 +69,11 @@ type Options struct {
 	HTTPClient *http.Client
 	// Origin is sent as the Origin header; default none (non-browser clients send none).
 	Origin string
+	// Since is the sync sent on connect: per conversation, the highest seq the caller holds. The
+	// server replays what follows before Dial returns, and holds live message pushes until then.
+	Since map[string]int64
+	// SkipSync sends no sync on connect, for callers that send their own first frame.
+	SkipSync bool
 }
 
 // Conn is one WebSocket connection to a chat server.
@@ -113,6 +118,12 @@ func Dial(ctx context.Context, wsURL, token string, opts *Options) (*Conn, error
 		done:    make(chan struct{}),
 	}
 	go c.readLoop()
+	if !opts.SkipSync {
+		if _, err := c.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSync, Since: opts.Since}); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("sync on connect: %w", err)
+		}
+	}
 	return c, nil
 }
 

@@ -35,7 +35,7 @@ const (
 func faultConfig(env testenv.Env) node.Config {
 	cfg := env.NodeConfig()
 	cfg.Sequencer.Partitions = securityPartitions
-	cfg.Hub.SendTimeout = faultSendTimeout
+	cfg.Chat.SendTimeout = faultSendTimeout
 	cfg.Sequencer.AttemptTimeout = faultAttemptTimeout
 	cfg.Sequencer.FlushTimeout = faultFlushTimeout
 	return cfg

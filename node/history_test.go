@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/node"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/session"
 	"github.com/chatd/chatd/storage"
@@ -51,14 +52,11 @@ func head(s []int64) []int64 { return s[:min(len(s), 5)] }
 // every page is one find with conversationId equality, a bounded seq range and a limit, never skip.
 func TestHistoryPagesAtAnyDepth(t *testing.T) {
 	const total = 100000
-	env := testenv.NewEnv(t)
-	var rec testenv.CommandRecorder
-	cfg := env.NodeConfig()
-	cfg.StoreMonitor = rec.Monitor()
-	// The embedded store scans all 100,000 messages for every page (about 2 s alone, much more on
-	// a loaded machine): give each request time.
-	cfg.StoreTimeout, cfg.Hub.OpTimeout, cfg.Session.PongTimeout = time.Minute, time.Minute, 2*time.Minute
-	n := testenv.StartNode(t, cfg)
+	env, n, rec := monitoredNode(t, func(cfg *node.Config) {
+		// The embedded store scans all 100,000 messages for every page (about 2 s alone, much more
+		// on a loaded machine): give each request time.
+		cfg.StoreTimeout, cfg.Chat.OpTimeout, cfg.Session.PongTimeout = time.Minute, time.Minute, 2*time.Minute
+	})
 	ctx := ctxT(t, 5*time.Minute)
 	if err := testenv.Connect(t, n.URL(), "bob").Close(); err != nil {
 		t.Fatal(err)
@@ -172,7 +170,7 @@ func TestDeleteConversationForMe(t *testing.T) {
 	if _, err := alice.Send(ctx, dm.ID, "after"); err != nil {
 		t.Fatal(err)
 	}
-	latestBadge(t, bob, dm.ID, 1)
+	unreadIs(t, bob, dm.ID, 1)
 	list, err = bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeListConversations})
 	if err != nil || len(list.Conversations) != 1 || list.Conversations[0].Unread != 1 {
 		t.Fatalf("a new message brings the DM back with only it unread: %+v, %v", list.Conversations, err)
@@ -188,14 +186,7 @@ func TestDeleteAccountLeavesNothingReadable(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
 	ctx := ctxT(t, time.Minute)
-	token, _, err := client.Login(ctx, http.DefaultClient, n.URL(), "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice, err := client.Dial(ctx, n.WSURL(), token, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice, token := testenv.ConnectWithToken(t, n.URL(), "alice")
 	bob := testenv.Connect(t, n.URL(), "bob")
 	testenv.Connect(t, n.URL(), "carol")
 	dm, err := alice.OpenDM(ctx, "bob")

@@ -1,5 +1,5 @@
 // Package node assembles one chat node: it connects to NATS and MongoDB, takes its share of the
-// sequencer partitions, starts the hub and the HTTP server, and on shutdown stops them in the
+// sequencer partitions, starts the bus, the fan-out engine, the chat service and the HTTP server, and on shutdown stops them in the
 // order that loses nothing: stop accepting, close sessions with going-away, hand partitions over,
 // flush read cursors, disconnect.
 package node
@@ -19,7 +19,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/chatd/chatd/auth"
-	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/bus"
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/fanout"
 	"github.com/chatd/chatd/readstate"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/server"
@@ -65,7 +67,7 @@ type Config struct {
 	StoreTimeout time.Duration
 	Sequencer    sequencer.Config
 	Leases       sequencer.LeaseConfig
-	Hub          hub.Config
+	Chat         chat.Config
 	Session      session.Config
 }
 
@@ -85,14 +87,8 @@ func (c Config) Validate() error {
 	if err := c.Leases.Validate(); err != nil {
 		return err
 	}
-	if err := c.Hub.Validate(); err != nil {
+	if err := c.Chat.Validate(); err != nil {
 		return err
-	}
-	// The session reads pongs between frames; one frame's work must not outlast the pong timeout,
-	// or a healthy client waiting on a slow send is closed as dead.
-	pong := cmp.Or(c.Session.PongTimeout, session.DefaultPongTimeout)
-	if work := max(cmp.Or(c.Hub.SendTimeout, hub.DefaultSendTimeout), cmp.Or(c.Hub.OpTimeout, hub.DefaultOpTimeout)); pong <= work {
-		return fmt.Errorf("node: the pong timeout (%s) must exceed the send and operation timeouts (%s)", pong, work)
 	}
 	return c.Session.Validate()
 }
@@ -106,7 +102,8 @@ type Node struct {
 	seq      *sequencer.Sequencer
 	leases   *sequencer.Leases
 	reads    *readstate.Coalescer
-	hub      *hub.Hub
+	bus      *bus.Bus
+	chat     *chat.Service
 	srv      *server.Server
 	http     *http.Server
 	listener net.Listener
@@ -181,12 +178,13 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		return nil, err
 	}
 	n.reads = readstate.New(n.store, cfg.ReadWindow, log)
-	hubCfg := cfg.Hub
-	hubCfg.SubjectPrefix = cfg.Sequencer.SubjectPrefix
-	n.hub, err = hub.New(hubCfg, n.nc, n.seq, n.store, n.reads, log)
+	n.bus = bus.New(bus.Config{SubjectPrefix: cmp.Or(cfg.Sequencer.SubjectPrefix, sequencer.DefaultSubjectPrefix)}, n.nc, log)
+	engine := fanout.New[chat.Conn](fanout.Config{}, n.bus)
+	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, engine, log)
 	if err != nil {
 		return nil, err
 	}
+	n.bus.SetHandler(n.chat)
 	go n.resyncOnReconnect()
 	authenticator, err := auth.New(cfg.JWTSecret, cfg.DevMode)
 	if err != nil {
@@ -195,10 +193,12 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	n.srv, err = server.New(server.Config{
 		AllowedOrigins: cfg.AllowedOrigins,
 		Session:        cfg.Session,
+		SendTimeout:    cfg.Chat.SendTimeout,
+		OpTimeout:      cfg.Chat.OpTimeout,
 		Ready:          n.ready,
 		NodeID:         cfg.NodeID,
 		Owned:          n.seq.Owned,
-	}, authenticator, n.hub, n.store, log)
+	}, authenticator, n.chat, n.store, log)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	return n, nil
 }
 
-// resyncOnReconnect runs until shutdown: after each NATS reconnect the hub delivers what its live
+// resyncOnReconnect runs until shutdown: after each NATS reconnect the service delivers what its live
 // conversations stored while the node was cut off.
 func (n *Node) resyncOnReconnect() {
 	defer close(n.resyncDone)
@@ -220,7 +220,7 @@ func (n *Node) resyncOnReconnect() {
 		select {
 		case <-n.reconnected:
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			n.hub.Resync(ctx)
+			n.chat.Resync(ctx)
 			cancel()
 		case <-n.stopResync:
 			return
@@ -259,10 +259,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 // stopParts stops what Start started, in reverse order; parts not started are nil.
 func (n *Node) stopParts() {
-	if n.hub != nil {
-		close(n.stopResync)
-		<-n.resyncDone
-		n.hub.Close()
+	if n.bus != nil {
+		if n.chat != nil {
+			close(n.stopResync)
+			<-n.resyncDone
+		}
+		n.bus.Close()
 	}
 	if n.leases != nil {
 		n.leases.Close()

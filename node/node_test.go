@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/node"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/testenv"
 )
@@ -33,6 +34,20 @@ func dmSetup(t *testing.T) (testenv.Env, *testenv.Node, *client.Conn, *client.Co
 		t.Fatalf("open dm: %v", err)
 	}
 	return env, n, alice, bob, dm
+}
+
+// monitoredNode starts a node on a fresh environment whose store commands are recorded; adjust,
+// if not nil, changes the configuration first.
+func monitoredNode(t *testing.T, adjust func(*node.Config)) (testenv.Env, *testenv.Node, *testenv.CommandRecorder) {
+	t.Helper()
+	env := testenv.NewEnv(t)
+	rec := &testenv.CommandRecorder{}
+	cfg := env.NodeConfig()
+	cfg.StoreMonitor = rec.Monitor()
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	return env, testenv.StartNode(t, cfg), rec
 }
 
 // deleteAccount deletes the account of token's user over HTTP.

@@ -1,13 +1,11 @@
 package node_test
 
 import (
-	"net/http"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/chatd/chatd/client"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/testenv"
 )
@@ -54,20 +52,9 @@ func filtersOf(t *testing.T, c testenv.Command) []bson.Raw {
 // history, sync, receipts, delete, account deletion) and checks that each query on messages has
 // conversationId equality, so a cluster sharded on {conversationId: "hashed"} routes it to one shard.
 func TestMessageQueriesTargetOneConversation(t *testing.T) {
-	env := testenv.NewEnv(t)
-	var rec testenv.CommandRecorder
-	cfg := env.NodeConfig()
-	cfg.StoreMonitor = rec.Monitor()
-	n := testenv.StartNode(t, cfg)
+	_, n, rec := monitoredNode(t, nil)
 	ctx := ctxT(t, time.Minute)
-	token, _, err := client.Login(ctx, http.DefaultClient, n.URL(), "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice, err := client.Dial(ctx, n.WSURL(), token, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice, token := testenv.ConnectWithToken(t, n.URL(), "alice")
 	bob := testenv.Connect(t, n.URL(), "bob")
 	dm, err := alice.OpenDM(ctx, "bob")
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -48,6 +49,8 @@ type Error struct {
 	Code      string
 	Message   string
 	Retryable bool
+	// RetryAfter, when positive, tells the client how long to wait before retrying.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -67,8 +70,14 @@ func AsError(err error) *Error {
 }
 
 // ErrorFrame builds the error frame that answers request id.
+// RetryAfter is carried as whole milliseconds, rounded up so that a client waiting that long is
+// not refused again for having retried early.
 func ErrorFrame(id string, err *Error) ServerFrame {
-	return ServerFrame{Type: TypeError, ID: id, Code: err.Code, Message: err.Message, Retryable: err.Retryable}
+	f := ServerFrame{Type: TypeError, ID: id, Code: err.Code, Message: err.Message, Retryable: err.Retryable}
+	if err.RetryAfter > 0 {
+		f.RetryAfterMs = int64((err.RetryAfter + time.Millisecond - 1) / time.Millisecond)
+	}
+	return f
 }
 
 // DecodeClientFrame parses and validates one client frame. The error is always an *Error; when

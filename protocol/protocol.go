@@ -133,6 +133,8 @@ type ServerFrame struct {
 	Code      string `json:"code,omitempty"`
 	Message   string `json:"message,omitempty"`
 	Retryable bool   `json:"retryable,omitempty"`
+	// RetryAfterMs, on a retryable refusal, is how long the client should wait before retrying.
+	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 
 	// Hello.
 	UserID    string `json:"userId,omitempty"`

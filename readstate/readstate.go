@@ -1,8 +1,9 @@
 // Package readstate coalesces read-cursor moves. A client may report its read position many times
 // a second while scrolling; the coalescer keeps only the highest position per (user, conversation)
 // in memory and writes what changed to the store as one bulk of $max updates per window, and at
-// once when asked (a disconnect, a shutdown). Store writes therefore grow with users x
-// conversations x windows, not with read frames.
+// once when asked: one user's moves when their last connection closes, one conversation's before
+// its receipts are counted, everything at shutdown. Readers of the store apply Pending on top.
+// Store writes therefore grow with users x conversations x windows, not with read frames.
 package readstate
 
 import (
@@ -38,6 +39,9 @@ type Coalescer struct {
 
 	mu      sync.Mutex
 	pending map[key]storage.Cursor
+	// writing is the batch being written: still pending to readers (Pending) until the store
+	// has it, or a user who reconnects during the write would find their read in neither place.
+	writing []storage.Cursor
 	flushMu sync.Mutex // one bulk write at a time, so an older write never lands after a newer one
 
 	stop chan struct{}
@@ -65,9 +69,14 @@ func New(store Store, window time.Duration, log zerolog.Logger) *Coalescer {
 // Advance records that a user has read up to cur.ReadSeq; a lower value than one already pending
 // is ignored, so cursors only move forward.
 func (c *Coalescer) Advance(cur storage.Cursor) {
-	k := key{cur.UserID, cur.ConversationID}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.advance(cur)
+}
+
+// advance is Advance with c.mu held.
+func (c *Coalescer) advance(cur storage.Cursor) {
+	k := key{cur.UserID, cur.ConversationID}
 	if old, ok := c.pending[k]; ok && old.ReadSeq >= cur.ReadSeq {
 		return
 	}
@@ -76,23 +85,64 @@ func (c *Coalescer) Advance(cur storage.Cursor) {
 
 // Flush writes everything pending now. On failure the moves are kept for the next attempt.
 func (c *Coalescer) Flush(ctx context.Context) error {
+	return c.flush(ctx, func(key) bool { return true })
+}
+
+// FlushUser writes one user's pending moves (their last connection here closed, so their next
+// one may open on another node) and nobody else's.
+func (c *Coalescer) FlushUser(ctx context.Context, userID string) error {
+	return c.flush(ctx, func(k key) bool { return k.user == userID })
+}
+
+// FlushConversation writes the pending moves in one conversation (its receipts are about to be
+// counted from the store) and nobody else's.
+func (c *Coalescer) FlushConversation(ctx context.Context, conversationID string) error {
+	return c.flush(ctx, func(k key) bool { return k.conversation == conversationID })
+}
+
+// Pending returns a user's moves not yet written, so a reader of the store can apply them on top
+// (read-through) without writing anything.
+func (c *Coalescer) Pending(userID string) []storage.Cursor {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []storage.Cursor
+	for k, cur := range c.pending {
+		if k.user == userID {
+			out = append(out, cur)
+		}
+	}
+	for _, cur := range c.writing {
+		if cur.UserID == userID {
+			out = append(out, cur)
+		}
+	}
+	return out
+}
+
+// flush writes the pending moves whose key matches.
+func (c *Coalescer) flush(ctx context.Context, match func(key) bool) error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
 	c.mu.Lock()
-	if len(c.pending) == 0 {
-		c.mu.Unlock()
+	var batch []storage.Cursor
+	for k, cur := range c.pending {
+		if match(k) {
+			batch = append(batch, cur)
+			delete(c.pending, k)
+		}
+	}
+	c.writing = batch
+	c.mu.Unlock()
+	if len(batch) == 0 {
 		return nil
 	}
-	batch := make([]storage.Cursor, 0, len(c.pending))
-	for _, cur := range c.pending {
-		batch = append(batch, cur)
-	}
-	c.pending = make(map[key]storage.Cursor)
-	c.mu.Unlock()
-
-	if err := c.store.AdvanceCursors(ctx, batch); err != nil {
-		for _, cur := range batch {
-			c.Advance(cur)
+	err := c.store.AdvanceCursors(ctx, batch)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writing = nil
+	if err != nil {
+		for _, cur := range batch { // kept for the next attempt
+			c.advance(cur)
 		}
 		return fmt.Errorf("flush %d read cursors: %w", len(batch), err)
 	}

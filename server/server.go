@@ -20,7 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/auth"
-	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/session"
 	"github.com/chatd/chatd/storage"
@@ -43,6 +43,9 @@ type Config struct {
 	AllowedOrigins []string
 	// Session tunes every WebSocket session.
 	Session session.Config
+	// SendTimeout and OpTimeout bound the work of one send frame and of any other frame; zero
+	// means chat.DefaultSendTimeout and chat.DefaultOpTimeout.
+	SendTimeout, OpTimeout time.Duration
 	// Ready, if set, is asked by /readyz whether the node's dependencies answer.
 	Ready func(ctx context.Context) error
 	// NodeID and Owned describe the node on /debug/partitions.
@@ -52,11 +55,13 @@ type Config struct {
 
 // Server serves one node's HTTP and WebSocket traffic.
 type Server struct {
-	cfg   Config
-	auth  *auth.Authenticator
-	hub   *hub.Hub
-	users Users
-	log   zerolog.Logger
+	cfg    Config
+	auth   *auth.Authenticator
+	chat   *chat.Service
+	router *router
+	limits *session.Limits
+	users  Users
+	log    zerolog.Logger
 
 	sessions     sync.WaitGroup
 	sessionCtx   context.Context
@@ -65,13 +70,21 @@ type Server struct {
 }
 
 // New returns a server.
-func New(cfg Config, a *auth.Authenticator, h *hub.Hub, users Users, log zerolog.Logger) (*Server, error) {
+func New(cfg Config, a *auth.Authenticator, service *chat.Service, users Users, log zerolog.Logger) (*Server, error) {
 	if err := cfg.Session.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.SendTimeout == 0 {
+		cfg.SendTimeout = chat.DefaultSendTimeout
+	}
+	if cfg.OpTimeout == 0 {
+		cfg.OpTimeout = chat.DefaultOpTimeout
+	}
+	log = log.With().Str("component", "server").Logger()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, auth: a, hub: h, users: users, log: log.With().Str("component", "server").Logger(),
-		sessionCtx: ctx, stopSessions: cancel}, nil
+	return &Server{cfg: cfg, auth: a, chat: service, users: users, log: log,
+		router: &router{chat: service, sendTimeout: cfg.SendTimeout, opTimeout: cfg.OpTimeout, log: log},
+		limits: session.NewLimits(cfg.Session), sessionCtx: ctx, stopSessions: cancel}, nil
 }
 
 // Handler routes the node's endpoints.
@@ -79,9 +92,9 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ws", s.serveWebSocket)
 	mux.HandleFunc("POST /api/login", s.login)
-	mux.HandleFunc("GET /api/badge", s.badge)
-	mux.HandleFunc("DELETE /api/account", s.deleteAccount)
-	mux.HandleFunc("POST /api/read", s.read)
+	mux.HandleFunc("GET /api/badge", s.authed(s.badge))
+	mux.HandleFunc("DELETE /api/account", s.authed(s.deleteAccount))
+	mux.HandleFunc("POST /api/read", s.authed(s.read))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /debug/partitions", s.partitions)
@@ -104,6 +117,18 @@ func (s *Server) CloseSessions(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("close sessions: %w", ctx.Err())
+	}
+}
+
+// authed runs h for requests with a valid token and answers 401 to the others.
+func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, userID string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		userID, err := s.authenticate(r)
+		if err != nil {
+			writeError(w, http.StatusUnauthorized, "invalid or missing token")
+			return
+		}
+		h(w, r, userID)
 	}
 }
 
@@ -142,8 +167,8 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	s.sessions.Add(1)
 	defer s.sessions.Done()
-	sess := session.New(conn, userID, s.cfg.Session, s.log)
-	if err := sess.Serve(s.sessionCtx, s.hub); err != nil {
+	sess := session.New(conn, userID, s.cfg.Session, s.limits, s.log)
+	if err := sess.Serve(s.sessionCtx, s.router); err != nil {
 		s.log.Warn().Err(err).Str("user", userID).Msg("session ended")
 	}
 }
@@ -219,15 +244,10 @@ type badgeResponse struct {
 }
 
 // badge returns the caller's total unread, for push services acting for offline users.
-func (s *Server) badge(w http.ResponseWriter, r *http.Request) {
-	userID, err := s.authenticate(r)
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, "invalid or missing token")
-		return
-	}
+func (s *Server) badge(w http.ResponseWriter, r *http.Request, userID string) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	total, err := s.hub.Badge(ctx, userID)
+	total, err := s.chat.Badge(ctx, userID)
 	if err != nil {
 		s.log.Error().Err(err).Msg("badge")
 		writeError(w, http.StatusServiceUnavailable, "could not compute the badge; try again")
@@ -243,12 +263,7 @@ type readRequest struct {
 
 // read moves the caller's read cursor, like a read frame. A page that is closing sends its last
 // read this way (navigator.sendBeacon), since frames queued during unload are often dropped.
-func (s *Server) read(w http.ResponseWriter, r *http.Request) {
-	userID, err := s.authenticate(r)
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, "invalid or missing token")
-		return
-	}
+func (s *Server) read(w http.ResponseWriter, r *http.Request, userID string) {
 	var req readRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, maxLoginBody)).Decode(&req); err != nil ||
 		!protocol.ValidID(req.ConversationID) || req.Seq < 1 {
@@ -257,11 +272,10 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	err = s.hub.Read(ctx, userID, req.ConversationID, req.Seq)
-	var pe *protocol.Error
+	err := s.chat.Read(ctx, userID, req.ConversationID, req.Seq)
 	switch {
-	case errors.As(err, &pe) && pe.Code == protocol.CodeNotMember:
-		writeError(w, http.StatusForbidden, pe.Message)
+	case errors.Is(err, chat.ErrNotMember):
+		writeError(w, http.StatusForbidden, err.Error())
 	case err != nil:
 		s.log.Error().Err(err).Str("user", userID).Msg("read")
 		writeError(w, http.StatusServiceUnavailable, "could not record the read; try again")
@@ -270,16 +284,11 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// deleteAccount removes the caller's account and everything of theirs; see hub.DeleteAccount.
-func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request) {
-	userID, err := s.authenticate(r)
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, "invalid or missing token")
-		return
-	}
+// deleteAccount removes the caller's account and everything of theirs; see chat.DeleteAccount.
+func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request, userID string) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	if err := s.hub.DeleteAccount(ctx, userID); err != nil {
+	if err := s.chat.DeleteAccount(ctx, userID); err != nil {
 		s.log.Error().Err(err).Str("user", userID).Msg("delete account")
 		writeError(w, http.StatusServiceUnavailable, "could not finish deleting the account; try again (it is safe to repeat)")
 		return

@@ -91,6 +91,13 @@ func (n *Node) WSURL() string { return "ws://" + n.Addr() + "/ws" }
 // Connect signs in as name and opens a WebSocket, closed when the test ends.
 func Connect(t testing.TB, baseURL, name string) *client.Conn {
 	t.Helper()
+	c, _ := ConnectWithToken(t, baseURL, name)
+	return c
+}
+
+// ConnectWithToken is Connect that also returns the token, for tests that call the HTTP API.
+func ConnectWithToken(t testing.TB, baseURL, name string) (*client.Conn, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	token, _, err := client.Login(ctx, http.DefaultClient, baseURL, name)
@@ -102,5 +109,5 @@ func Connect(t testing.TB, baseURL, name string) *client.Conn {
 		t.Fatalf("dial as %s: %v", name, err)
 	}
 	t.Cleanup(func() { _ = c.Close() }) // the test may have closed it already
-	return c
+	return c, token
 }

@@ -260,7 +260,7 @@ func TestServerRestart(t *testing.T) {
 	env := testenv.NewEnv(t)
 	cfg := env.NodeConfig()
 	cfg.Addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
-	cfg.Hub.SyncLimit = syncLimit
+	cfg.Chat.SyncLimit = syncLimit
 	n := testenv.StartNode(t, cfg)
 	b := newBrowser(t)
 	alice, bob := b.newPage("alice"), b.newPage("bob")

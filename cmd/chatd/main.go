@@ -80,7 +80,7 @@ func parseOptions(args []string) (options, error) {
 	if err != nil {
 		return o, err
 	}
-	fs.Float64Var(&o.sendRate, "send-rate", sendRate, "sends per second allowed per connection; negative disables the limit (CHAT_SEND_RATE)")
+	fs.Float64Var(&o.sendRate, "send-rate", sendRate, "sends per second allowed per user on this node; negative disables the limit (CHAT_SEND_RATE)")
 	dev, err := envBool("CHAT_DEV_MODE", false)
 	if err != nil {
 		return o, err

@@ -1203,12 +1203,21 @@
 
   function onMessage(m) {
     if (!m || !m.conversationId || !(m.seq > 0)) return;
-    if (m.senderId === me() && m.clientMsgId && state.pending.has(m.clientMsgId)) {
-      confirmSend(m.clientMsgId, m);
-      return;
-    }
     const c = state.convs.get(m.conversationId);
     const isNew = c && m.seq > c.lastSeq;
+    // No badge frame comes with a message: unread is derived here, as the server does it (own
+    // messages are read).
+    if (isNew) {
+      c.lastSeq = m.seq;
+      if (m.senderId === me()) c.readSeq = Math.max(c.readSeq, m.seq);
+      c.unread = Math.max(0, c.lastSeq - c.readSeq);
+      recountTotal();
+    }
+    if (m.senderId === me() && m.clientMsgId && state.pending.has(m.clientMsgId)) {
+      confirmSend(m.clientMsgId, m);
+      renderConvList();
+      return;
+    }
     // A conversation this page does not know (deleted for me, then written to again), or a
     // membership change: the list tells the rest.
     if (!c || m.kind === 'system') refreshListSoon();

@@ -1,4 +1,4 @@
-package hub
+package chat
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ const (
 	// DefaultSendTimeout bounds a send from frame to ack, retries included; past it the client
 	// gets a retryable error and resends with the same clientMsgId.
 	DefaultSendTimeout = 10 * time.Second
-	// DefaultOpTimeout bounds the store work of one request frame.
+	// DefaultOpTimeout bounds the store work of one request.
 	DefaultOpTimeout = 10 * time.Second
 	// DefaultSyncLimit bounds the messages replayed per conversation on reconnect; a client further
 	// behind pages the rest with history requests.
@@ -21,36 +21,35 @@ const (
 	// DefaultMaxConnectionsPerUser bounds one user's sockets on one node: phones, laptops and tabs,
 	// but not a script opening thousands.
 	DefaultMaxConnectionsPerUser = 16
+	// DefaultTypingInterval is how often one user's typing in one conversation fans out: clients
+	// show "typing" for a few seconds after each event, so more often says nothing new.
+	DefaultTypingInterval = 3 * time.Second
 )
 
-// Config tunes a Hub. Zero fields take the defaults above.
+// Config tunes a Service. Zero fields take the defaults above.
 type Config struct {
-	// SubjectPrefix must match the sequencer's.
-	SubjectPrefix          string
 	SendTimeout            time.Duration
 	OpTimeout              time.Duration
 	SyncLimit              int
 	LiveReceiptsMaxMembers int
 	MaxConnectionsPerUser  int
+	TypingInterval         time.Duration
 }
 
 // DefaultConfig returns the configuration with every default filled in.
 func DefaultConfig() Config {
 	return Config{
-		SubjectPrefix:          "chat",
 		SendTimeout:            DefaultSendTimeout,
 		OpTimeout:              DefaultOpTimeout,
 		SyncLimit:              DefaultSyncLimit,
 		LiveReceiptsMaxMembers: DefaultLiveReceiptsMaxMembers,
 		MaxConnectionsPerUser:  DefaultMaxConnectionsPerUser,
+		TypingInterval:         DefaultTypingInterval,
 	}
 }
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.SubjectPrefix == "" {
-		c.SubjectPrefix = d.SubjectPrefix
-	}
 	if c.SendTimeout == 0 {
 		c.SendTimeout = d.SendTimeout
 	}
@@ -66,13 +65,17 @@ func (c Config) withDefaults() Config {
 	if c.MaxConnectionsPerUser == 0 {
 		c.MaxConnectionsPerUser = d.MaxConnectionsPerUser
 	}
+	if c.TypingInterval == 0 {
+		c.TypingInterval = d.TypingInterval
+	}
 	return c
 }
 
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
-	if c.SendTimeout < 0 || c.OpTimeout < 0 || c.SyncLimit < 0 || c.LiveReceiptsMaxMembers < 0 || c.MaxConnectionsPerUser < 0 {
-		return errors.New("hub: limits and timeouts must not be negative")
+	if c.SendTimeout < 0 || c.OpTimeout < 0 || c.SyncLimit < 0 || c.LiveReceiptsMaxMembers < 0 ||
+		c.MaxConnectionsPerUser < 0 || c.TypingInterval < 0 {
+		return errors.New("chat: limits and timeouts must not be negative")
 	}
 	return nil
 }

@@ -1,0 +1,300 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/sequencer"
+	"github.com/chatd/chatd/storage"
+)
+
+// conversationEvent is what nodes publish on a conversation's event subject.
+type conversationEvent struct {
+	Type    string `json:"type"` // receipt, typing or deleted
+	UserID  string `json:"userId"`
+	ReadSeq int64  `json:"readSeq,omitempty"`
+	Seq     int64  `json:"seq,omitempty"`
+}
+
+// userEvent is what nodes publish on a user's subject, so all of a user's devices on any node
+// agree. Applying one is idempotent (positions only move forward, a known join or leave changes
+// nothing), so the node that made a change may apply it at once and its own echo is a no-op: one
+// change, one frame per device.
+type userEvent struct {
+	Type         string                 `json:"type"` // joined, left, cursor, hidden or deleted
+	Conversation *protocol.Conversation `json:"conversation,omitempty"`
+	ConvID       string                 `json:"conversationId,omitempty"`
+	ReadSeq      int64                  `json:"readSeq,omitempty"`
+}
+
+// User event types.
+const (
+	userJoined  = "joined"
+	userLeft    = "left"
+	userCursor  = "cursor"
+	userHidden  = "hidden"
+	userDeleted = "deleted"
+)
+
+func (s *Service) publishUser(userID string, ev userEvent) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		s.log.Error().Err(err).Msg("encode user event")
+		return
+	}
+	if err := s.bus.PublishUser(userID, data); err != nil {
+		s.log.Warn().Err(err).Str("user", userID).Msg("publish user event")
+	}
+}
+
+func (s *Service) publishConversation(convID string, ev conversationEvent) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		s.log.Error().Err(err).Msg("encode conversation event")
+		return
+	}
+	if err := s.bus.PublishConversation(convID, data); err != nil {
+		s.log.Warn().Err(err).Str("conversation", convID).Msg("publish conversation event")
+	}
+}
+
+// HandleMessage delivers a persisted message, as the sequencer published it, to the local members:
+// one encoding, the same bytes on every socket. A message moves no badge frame: clients derive
+// unread from the pushes. The sender's own position moves with it, on every node, so their own
+// messages are never unread.
+func (s *Service) HandleMessage(convID string, data []byte) {
+	var msg protocol.Message
+	if err := json.Unmarshal(data, &msg); err != nil || msg.ConversationID != convID {
+		s.log.Error().Err(err).Str("conversation", convID).Msg("undecodable message event")
+		return
+	}
+	if u := s.online(msg.SenderID); u != nil {
+		u.mu.Lock()
+		if p, ok := u.positions[convID]; ok {
+			p.readSeq = max(p.readSeq, msg.Seq)
+		}
+		u.mu.Unlock()
+	}
+	s.engine.DeliverMessage(convID, msg.Seq, protocol.PushFromEncodedMessage(data))
+}
+
+// HandleConversationEvent delivers a receipt, typing or deletion event to the local members.
+// Receipts only move forward; typing and receipts are ephemeral; a user's own typing and receipts
+// are not news to them, a deletion is, on their other devices.
+func (s *Service) HandleConversationEvent(convID string, data []byte) {
+	var ev conversationEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		s.log.Error().Err(err).Str("conversation", convID).Msg("undecodable conversation event")
+		return
+	}
+	frame, err := protocol.Encode(protocol.ServerFrame{Type: ev.Type, ConversationID: convID, UserID: ev.UserID,
+		ReadSeq: ev.ReadSeq, Seq: ev.Seq})
+	if err != nil {
+		s.log.Error().Err(err).Msg("encode conversation event")
+		return
+	}
+	switch ev.Type {
+	case protocol.TypeReceipt:
+		s.engine.EphemeralToConversation(convID, ev.UserID, "receipt:"+convID+":"+ev.UserID, ev.ReadSeq, frame)
+	case protocol.TypeTyping:
+		s.engine.EphemeralToConversation(convID, ev.UserID, "typing:"+convID+":"+ev.UserID, 0, frame)
+	case protocol.TypeDeleted:
+		s.engine.PushToConversation(convID, "", frame)
+	}
+}
+
+// HandleUserEvent applies an event of one user to their state and devices here.
+func (s *Service) HandleUserEvent(userID string, data []byte) {
+	var ev userEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		s.log.Error().Err(err).Str("user", userID).Msg("undecodable user event")
+		return
+	}
+	switch ev.Type {
+	case userJoined:
+		if ev.Conversation != nil {
+			s.applyJoin(userID, *ev.Conversation)
+		}
+	case userLeft:
+		s.applyLeave(userID, ev.ConvID)
+	case userCursor:
+		s.applyCursor(userID, ev.ConvID, ev.ReadSeq, 0)
+	case userHidden:
+		s.applyCursor(userID, ev.ConvID, ev.ReadSeq, ev.ReadSeq)
+	case userDeleted:
+		for _, c := range s.engine.Conns(userID) {
+			c.End("account deleted")
+		}
+	}
+}
+
+// applyJoin routes a conversation to an online user and tells their devices. A join already
+// applied changes nothing.
+func (s *Service) applyJoin(userID string, conv protocol.Conversation) {
+	u := s.online(userID)
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	if _, known := u.positions[conv.ID]; known {
+		u.mu.Unlock()
+		return
+	}
+	u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq}
+	u.mu.Unlock()
+	s.engine.Join(userID, conv.ID, conv.LastSeq)
+	conv.ReadSeq, conv.Unread = 0, conv.LastSeq
+	s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeConversation, Conversation: &conv})
+	s.badge(userID, u, conv.ID)
+}
+
+// applyLeave takes a conversation out of an online user's view.
+func (s *Service) applyLeave(userID, convID string) {
+	u := s.online(userID)
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	_, known := u.positions[convID]
+	delete(u.positions, convID)
+	u.mu.Unlock()
+	if !known {
+		return
+	}
+	s.engine.Leave(userID, convID)
+	s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeRemoved, ConversationID: convID})
+	s.badge(userID, u, "")
+}
+
+// applyCursor moves an online user's read position forward (and their hidden position, when
+// hiddenSeq > 0) and tells their devices with one cursor and one badge frame. A move that is not
+// forward changes nothing and sends nothing, so a repeated or late event is harmless.
+func (s *Service) applyCursor(userID, convID string, readSeq, hiddenSeq int64) {
+	u := s.online(userID)
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	p, ok := u.positions[convID]
+	if !ok || (readSeq <= p.readSeq && hiddenSeq <= p.hiddenSeq) {
+		u.mu.Unlock()
+		return
+	}
+	p.readSeq = max(p.readSeq, readSeq)
+	hid := hiddenSeq > p.hiddenSeq
+	p.hiddenSeq = max(p.hiddenSeq, hiddenSeq)
+	cur, hidden := p.readSeq, p.hiddenSeq
+	u.mu.Unlock()
+	if hid {
+		s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeHidden, ConversationID: convID, Seq: hidden})
+	}
+	s.ephemeralToUser(userID, "cursor:"+convID, protocol.ServerFrame{Type: protocol.TypeCursor, ConversationID: convID, ReadSeq: cur})
+	s.badge(userID, u, convID)
+}
+
+// badge sends an online user's unread counts after a change in one conversation (or only the
+// total, for convID ""). Badges are ephemeral: a newer one replaces one still waiting.
+func (s *Service) badge(userID string, u *onlineUser, convID string) {
+	total := s.total(u)
+	f := protocol.ServerFrame{Type: protocol.TypeBadge, ConversationID: convID, Total: &total}
+	if convID != "" {
+		u.mu.Lock()
+		var p position
+		if known, ok := u.positions[convID]; ok {
+			p = *known
+		}
+		u.mu.Unlock()
+		read, last := p.readSeq, s.lastSeq(convID, p)
+		unread := max(0, last-read)
+		f.Unread, f.ReadSeq, f.LastSeq = &unread, read, max(last, read)
+	}
+	s.ephemeralToUser(userID, "badge:"+convID, f)
+}
+
+func (s *Service) pushToUser(userID string, f protocol.ServerFrame) {
+	data, err := protocol.Encode(f)
+	if err != nil {
+		s.log.Error().Err(err).Msg("encode frame")
+		return
+	}
+	s.engine.PushToUser(userID, data)
+}
+
+func (s *Service) ephemeralToUser(userID, key string, f protocol.ServerFrame) {
+	data, err := protocol.Encode(f)
+	if err != nil {
+		s.log.Error().Err(err).Msg("encode frame")
+		return
+	}
+	s.engine.EphemeralToUser(userID, key, data)
+}
+
+// Resync catches up after this node could not hear the bus (core NATS drops what is published
+// meanwhile). It first reconciles every online user's memberships with the store, so a join or a
+// removal announced during the gap takes effect here too; then it delivers, per live
+// conversation, the messages after the highest seq delivered here, up to SyncLimit (clients fill
+// anything beyond from history).
+func (s *Service) Resync(ctx context.Context) {
+	s.reconcileMemberships(ctx)
+	for id, seq := range s.engine.Conversations() {
+		msgs, err := s.store.MessageRange(ctx, id, seq+1, seq+int64(s.cfg.SyncLimit))
+		if err != nil {
+			s.log.Warn().Err(err).Str("conversation", id).Msg("resync after reconnect")
+			continue
+		}
+		for _, m := range msgs {
+			data, err := json.Marshal(sequencer.WireMessage(m))
+			if err != nil {
+				s.log.Error().Err(err).Msg("encode resynced message")
+				continue
+			}
+			s.HandleMessage(id, data)
+		}
+	}
+}
+
+// reconcileMemberships applies the joins and leaves the store knows of and this node missed.
+func (s *Service) reconcileMemberships(ctx context.Context) {
+	for _, uid := range s.engine.Users() {
+		convs, err := s.store.ConversationsOf(ctx, uid)
+		if err != nil {
+			s.log.Warn().Err(err).Str("user", uid).Msg("reconcile memberships after reconnect")
+			continue
+		}
+		inStore := make(map[string]bool, len(convs))
+		for _, c := range convs {
+			inStore[c.ID] = true
+			s.applyJoin(uid, toView(c, position{}, c.LastSeq))
+		}
+		u := s.online(uid)
+		if u == nil {
+			continue
+		}
+		var gone []string
+		u.mu.Lock()
+		for id := range u.positions {
+			if !inStore[id] {
+				gone = append(gone, id)
+			}
+		}
+		u.mu.Unlock()
+		for _, id := range gone {
+			s.applyLeave(uid, id)
+		}
+	}
+}
+
+// toView is a conversation as one member sees it.
+func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversation {
+	last := max(c.LastSeq, lastSeq)
+	read := min(p.readSeq, last)
+	first := int64(0)
+	if last > p.hiddenSeq {
+		first = p.hiddenSeq + 1
+	}
+	return protocol.Conversation{
+		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,
+		ReadSeq: read, Unread: last - read, CreatedAt: c.CreatedAt,
+	}
+}

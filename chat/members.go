@@ -1,0 +1,174 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/sequencer"
+	"github.com/chatd/chatd/storage"
+)
+
+// group loads a group the user is a member of.
+func (s *Service) group(ctx context.Context, userID, convID string) (storage.Conversation, error) {
+	if _, err := s.positionOf(userID, convID); err != nil {
+		return storage.Conversation{}, err
+	}
+	c, err := s.store.Conversation(ctx, convID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return storage.Conversation{}, errNotMember
+	}
+	if err != nil {
+		return storage.Conversation{}, fmt.Errorf("load conversation %s: %w", convID, err)
+	}
+	if c.Kind != storage.KindGroup {
+		return storage.Conversation{}, refuse(ErrForbidden, "members of a DM cannot change")
+	}
+	return c, nil
+}
+
+// announce sequences a system message about a membership change. Reload makes the owner re-read
+// the members first, so the change binds the very next send.
+func (s *Service) announce(ctx context.Context, convID, actor, body string) error {
+	_, err := s.seq.Send(ctx, sequencer.SendRequest{ConversationID: convID, SenderID: actor, ClientMsgID: uuid.NewString(),
+		Kind: storage.KindSystem, Body: body, Reload: true})
+	if err != nil {
+		return fmt.Errorf("announce in %s: %w", convID, err)
+	}
+	return nil
+}
+
+// AddMembers adds users to a group userID is in; any member may add.
+func (s *Service) AddMembers(ctx context.Context, userID, convID string, members []string) error {
+	c, err := s.group(ctx, userID, convID)
+	if err != nil {
+		return err
+	}
+	var added []string
+	for _, m := range members {
+		if !c.IsMember(m) && !slices.Contains(added, m) {
+			added = append(added, m)
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	missing, err := s.store.MissingUsers(ctx, added)
+	if err != nil {
+		return fmt.Errorf("look up members: %w", err)
+	}
+	if len(missing) > 0 {
+		return refuse(ErrNotFound, "no such user: %s", missing[0])
+	}
+	if err := s.store.AddMembers(ctx, c.ID, added); err != nil {
+		return fmt.Errorf("add members to %s: %w", c.ID, err)
+	}
+	if err := s.announce(ctx, c.ID, userID, userID+" added "+strings.Join(added, ", ")); err != nil {
+		return err
+	}
+	c.Members = append(c.Members, added...)
+	view := toView(c, position{}, c.LastSeq)
+	for _, m := range added {
+		s.publishUser(m, userEvent{Type: userJoined, Conversation: &view})
+	}
+	return nil
+}
+
+// RemoveMember takes target out of a group: the creator may remove anyone, everyone may leave
+// (target == userID).
+func (s *Service) RemoveMember(ctx context.Context, userID, convID, target string) error {
+	c, err := s.group(ctx, userID, convID)
+	if err != nil {
+		return err
+	}
+	if target != userID && c.CreatedBy != userID {
+		return refuse(ErrForbidden, "only the group's creator can remove members")
+	}
+	if !c.IsMember(target) {
+		return refuse(ErrNotFound, "%s is not in this group", target)
+	}
+	if err := s.store.RemoveMember(ctx, convID, target); err != nil {
+		return fmt.Errorf("remove %s from %s: %w", target, convID, err)
+	}
+	body := userID + " removed " + target
+	if target == userID {
+		body = target + " left"
+	}
+	// Here at once, so the removed user's next frame is refused; the bus tells the other nodes.
+	s.applyLeave(target, convID)
+	s.publishUser(target, userEvent{Type: userLeft, ConvID: convID})
+	return s.announce(ctx, convID, userID, body)
+}
+
+// DeleteMessage tombstones one of the user's own messages for everyone; its seq stays.
+func (s *Service) DeleteMessage(ctx context.Context, userID, convID string, seq int64) error {
+	if _, err := s.positionOf(userID, convID); err != nil {
+		return err
+	}
+	msgs, err := s.store.MessageRange(ctx, convID, seq, seq)
+	if err != nil {
+		return fmt.Errorf("load message %s/%d: %w", convID, seq, err)
+	}
+	if len(msgs) == 0 {
+		return refuse(ErrNotFound, "no message %d in this conversation", seq)
+	}
+	if msgs[0].SenderID != userID || msgs[0].Kind == storage.KindDeleted {
+		return refuse(ErrForbidden, "message %d is not yours to delete", seq)
+	}
+	err = s.store.DeleteMessage(ctx, convID, seq, userID)
+	if errors.Is(err, storage.ErrNotFound) { // deleted meanwhile
+		return refuse(ErrForbidden, "message %d is not yours to delete", seq)
+	}
+	if err != nil {
+		return fmt.Errorf("delete message %s/%d: %w", convID, seq, err)
+	}
+	s.publishConversation(convID, conversationEvent{Type: protocol.TypeDeleted, UserID: userID, Seq: seq})
+	return nil
+}
+
+// HideConversation deletes a conversation for the user only: out of their list, everything so far
+// read, history untouched for others; a newer message brings it back with only the newer messages
+// unread.
+func (s *Service) HideConversation(ctx context.Context, userID, convID string) error {
+	_, last, err := s.checkedPosition(ctx, userID, convID)
+	if err != nil {
+		return err
+	}
+	if err := s.store.HideConversation(ctx, userID, convID, last); err != nil {
+		return fmt.Errorf("hide %s for %s: %w", convID, userID, err)
+	}
+	s.applyCursor(userID, convID, last, last) // here at once; the bus event reaches other nodes
+	s.publishUser(userID, userEvent{Type: userHidden, ConvID: convID, ReadSeq: last})
+	return nil
+}
+
+// DeleteAccount removes a user and everything of theirs (see storage.DeleteAccount), tells the
+// other members' devices, makes the owners forget the user's memberships, and closes the user's
+// connections on every node.
+func (s *Service) DeleteAccount(ctx context.Context, userID string) error {
+	deleted, err := s.store.DeleteAccount(ctx, userID)
+	if err != nil {
+		return fmt.Errorf("delete account %s: %w", userID, err)
+	}
+	for _, dm := range deleted.DMs {
+		for _, m := range dm.Members {
+			s.publishUser(m, userEvent{Type: userLeft, ConvID: dm.ID})
+		}
+		if err := s.seq.Reload(ctx, dm.ID); err != nil {
+			return err
+		}
+	}
+	for _, g := range deleted.Groups {
+		s.publishUser(userID, userEvent{Type: userLeft, ConvID: g.ID})
+		if err := s.announce(ctx, g.ID, "", "a member deleted their account"); err != nil {
+			return err
+		}
+	}
+	s.publishUser(userID, userEvent{Type: userDeleted})
+	return nil
+}

@@ -1,0 +1,413 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/sequencer"
+	"github.com/chatd/chatd/storage"
+)
+
+// dmNamespace makes DM ids: a pair of users always maps to the same conversation id.
+var dmNamespace = uuid.MustParse("6f1c1f0e-8a4e-4f43-9d0a-3b7a3c2e9d11")
+
+// DMID is the conversation id of the DM between two users, the same whichever opens it.
+func DMID(a, b string) string {
+	if a > b {
+		a, b = b, a
+	}
+	return uuid.NewSHA1(dmNamespace, []byte(a+"\n"+b)).String()
+}
+
+// SendRequest is one message a user sends.
+type SendRequest struct {
+	ConversationID string
+	ClientMsgID    string
+	Body           string
+	ReplyTo        int64
+}
+
+// Send sequences and persists a message of userID and returns it with its seq, once stored. The
+// sender's read position moves to it.
+func (s *Service) Send(ctx context.Context, userID string, req SendRequest) (protocol.Message, error) {
+	if _, err := s.positionOf(userID, req.ConversationID); err != nil {
+		return protocol.Message{}, err
+	}
+	m, err := s.seq.Send(ctx, sequencer.SendRequest{
+		ConversationID: req.ConversationID,
+		SenderID:       userID,
+		ClientMsgID:    req.ClientMsgID,
+		Kind:           protocol.KindText,
+		Body:           req.Body,
+		ReplyTo:        req.ReplyTo,
+	})
+	switch {
+	case errors.Is(err, sequencer.ErrNotMember):
+		return protocol.Message{}, errNotMember
+	case errors.Is(err, sequencer.ErrUnavailable):
+		s.log.Warn().Err(err).Str("conversation", req.ConversationID).Msg("send not acknowledged")
+		return protocol.Message{}, refuse(ErrUnavailable, "message not stored; retry with the same clientMsgId")
+	case err != nil:
+		return protocol.Message{}, fmt.Errorf("send to %s: %w", req.ConversationID, err)
+	}
+	s.reads.Advance(storage.Cursor{UserID: userID, ConversationID: m.ConversationID, ReadSeq: m.Seq,
+		Hidden: s.hidesReceipts(userID), UpdatedAt: now()})
+	return m, nil
+}
+
+func (s *Service) hidesReceipts(userID string) bool {
+	u := s.online(userID)
+	if u == nil {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.hideReceipts
+}
+
+// OpenDM opens (or finds) the one DM of userID and peer.
+func (s *Service) OpenDM(ctx context.Context, userID, peer string) (protocol.Conversation, error) {
+	if peer == userID {
+		return protocol.Conversation{}, refuse(ErrInvalid, "a DM needs another user")
+	}
+	members := []string{userID, peer}
+	slices.Sort(members)
+	return s.createConversation(ctx, userID, storage.Conversation{
+		ID: DMID(userID, peer), Kind: storage.KindDM, Members: members, CreatedBy: userID, CreatedAt: now(),
+	})
+}
+
+// CreateGroup creates a group of userID and members.
+func (s *Service) CreateGroup(ctx context.Context, userID, name string, members []string) (protocol.Conversation, error) {
+	all := append([]string{userID}, members...)
+	slices.Sort(all)
+	all = slices.Compact(all)
+	return s.createConversation(ctx, userID, storage.Conversation{
+		ID: uuid.NewString(), Kind: storage.KindGroup, Name: name, Members: all, CreatedBy: userID, CreatedAt: now(),
+	})
+}
+
+// createConversation stores a conversation (or finds the existing DM), makes it live for the
+// creator at once, and tells every member's devices on every node.
+func (s *Service) createConversation(ctx context.Context, userID string, c storage.Conversation) (protocol.Conversation, error) {
+	missing, err := s.store.MissingUsers(ctx, c.Members)
+	if err != nil {
+		return protocol.Conversation{}, fmt.Errorf("look up members: %w", err)
+	}
+	if len(missing) > 0 {
+		return protocol.Conversation{}, refuse(ErrNotFound, "no such user: %s", missing[0])
+	}
+	stored, err := s.store.EnsureConversation(ctx, c)
+	if err != nil {
+		return protocol.Conversation{}, fmt.Errorf("store conversation: %w", err)
+	}
+	view := toView(stored, position{}, stored.LastSeq)
+	// The creator's devices here learn at once (the reply must not wait for the bus); the bus
+	// event then changes nothing for them, and reaches the other members.
+	s.applyJoin(userID, view)
+	for _, m := range stored.Members {
+		s.publishUser(m, userEvent{Type: userJoined, Conversation: &view})
+	}
+	p, err := s.positionOf(userID, stored.ID)
+	if err != nil {
+		return protocol.Conversation{}, err
+	}
+	return toView(stored, p, s.lastSeq(stored.ID, p)), nil
+}
+
+// ListConversations returns the conversations of userID, without those deleted for them that
+// have had nothing new since.
+func (s *Service) ListConversations(ctx context.Context, userID string) ([]protocol.Conversation, error) {
+	convs, err := s.store.ConversationsOf(ctx, userID)
+	if err != nil {
+		return nil, fmt.Errorf("load conversations of %s: %w", userID, err)
+	}
+	cursors := map[string]storage.Cursor(nil)
+	if s.online(userID) == nil {
+		if cursors, err = s.cursorsOf(ctx, userID); err != nil {
+			return nil, err
+		}
+	}
+	views := make([]protocol.Conversation, 0, len(convs))
+	for _, c := range convs {
+		p, err := s.positionOf(userID, c.ID)
+		if err != nil { // not live here: the stored position
+			cur := cursors[c.ID]
+			p = position{readSeq: cur.ReadSeq, hiddenSeq: cur.HiddenSeq}
+		}
+		last := max(c.LastSeq, s.lastSeq(c.ID, p))
+		if p.hiddenSeq > 0 && last <= p.hiddenSeq {
+			continue // deleted for this user, and nothing new since
+		}
+		views = append(views, toView(c, p, last))
+	}
+	return views, nil
+}
+
+// Sync replays to a connection, per conversation named in since, the messages after the seq the
+// client holds (up to SyncLimit each), in seq order and without repeating what the connection
+// already has, while its live pushes wait; then it returns the user's conversations, so the
+// client learns of new ones and of anything still missing beyond the limit.
+func (s *Service) Sync(ctx context.Context, c Conn, since map[string]int64) ([]protocol.Conversation, error) {
+	uid := c.UserID()
+	err := s.engine.Sync(ctx, c, func(push fanout.ReplayFunc) error {
+		for convID, have := range since {
+			if _, err := s.positionOf(uid, convID); err != nil {
+				continue // a conversation the user left or never had: nothing to replay
+			}
+			msgs, err := s.store.MessageRange(ctx, convID, have+1, have+int64(s.cfg.SyncLimit))
+			if err != nil {
+				return fmt.Errorf("replay %s: %w", convID, err)
+			}
+			for _, m := range msgs {
+				frame, err := protocol.EncodeMessagePush(sequencer.WireMessage(m))
+				if err != nil {
+					return err
+				}
+				if err := push(convID, m.Seq, frame); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.ListConversations(ctx, uid)
+}
+
+// Anchor says where a history page sits; at most one field is set, none means the latest page.
+type Anchor struct {
+	Before, After, Around *int64
+	// Fraction is 0 for the start, 1 for the end.
+	Fraction *float64
+}
+
+// Page is one page of history and where the conversation's ends are, as the member may see them.
+type Page struct {
+	Messages            []protocol.Message
+	FirstSeq, LastSeq   int64
+	HasBefore, HasAfter bool
+}
+
+// History answers one page with one bounded range query on {conversationId, seq}. Seqs are gapless
+// (deleted messages stay as tombstones), so the range is computed from the anchor and the page
+// size alone, at any depth.
+func (s *Service) History(ctx context.Context, userID, convID string, at Anchor, limit int) (Page, error) {
+	p, last, err := s.checkedPosition(ctx, userID, convID)
+	if err != nil {
+		return Page{}, err
+	}
+	from, to := pageRange(at, limit, last)
+	// After deleting a conversation for themselves a user sees only what came later.
+	from = max(from, p.hiddenSeq+1)
+	msgs, err := s.store.MessageRange(ctx, convID, from, to)
+	if err != nil {
+		return Page{}, fmt.Errorf("load page of %s: %w", convID, err)
+	}
+	page := Page{Messages: make([]protocol.Message, len(msgs)), LastSeq: last, HasAfter: to < last}
+	for i, m := range msgs {
+		page.Messages[i] = sequencer.WireMessage(m)
+	}
+	if last > p.hiddenSeq {
+		page.FirstSeq = p.hiddenSeq + 1
+	}
+	page.HasBefore = page.FirstSeq > 0 && from > page.FirstSeq
+	return page, nil
+}
+
+// checkedPosition returns a member's position and the conversation's last seq (the store's counter
+// or what was delivered here, whichever is ahead), checking membership against the store too.
+func (s *Service) checkedPosition(ctx context.Context, userID, convID string) (position, int64, error) {
+	p, err := s.positionOf(userID, convID)
+	if err != nil {
+		return position{}, 0, err
+	}
+	conv, err := s.store.Conversation(ctx, convID)
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && !conv.IsMember(userID)) {
+		return position{}, 0, errNotMember // removed, and this node has not heard yet
+	}
+	if err != nil {
+		return position{}, 0, fmt.Errorf("load conversation %s: %w", convID, err)
+	}
+	return p, max(conv.LastSeq, s.lastSeq(convID, p)), nil
+}
+
+// pageRange turns a history anchor into the seq range [from, to] within [1, last].
+func pageRange(at Anchor, limit int, last int64) (from, to int64) {
+	n := int64(limit)
+	if n <= 0 {
+		n = protocol.DefaultPageSize
+	}
+	centred := at.Around != nil || at.Fraction != nil
+	switch {
+	case at.Before != nil:
+		to = *at.Before - 1
+		from = to - n + 1
+	case at.After != nil:
+		from = *at.After + 1
+		to = from + n - 1
+	case centred:
+		center := int64(0)
+		if at.Around != nil {
+			center = *at.Around
+		} else {
+			center = int64(math.Round(*at.Fraction * float64(last)))
+		}
+		from = center - n/2
+		to = from + n - 1
+	default:
+		to = last
+		from = last - n + 1
+	}
+	// Keep a full page when the anchor sits near an end.
+	if centred {
+		if from < 1 {
+			to += 1 - from
+			from = 1
+		}
+		if to > last {
+			from -= to - last
+			to = last
+		}
+	}
+	return max(from, 1), min(to, last)
+}
+
+// Read moves userID's read cursor forward (clamped to the conversation's last seq); from a socket
+// or from the HTTP API (a page that is closing sends its last read with a beacon). The store
+// write is coalesced; each of the user's devices gets one cursor and one badge frame, and where
+// receipts are live the other members get a receipt.
+func (s *Service) Read(ctx context.Context, userID, convID string, seq int64) error {
+	p, err := s.positionOf(userID, convID)
+	hidden := s.hidesReceipts(userID)
+	last := s.lastSeq(convID, p)
+	if err != nil {
+		// The user has no connection here: ask the store.
+		conv, cerr := s.store.Conversation(ctx, convID)
+		if errors.Is(cerr, storage.ErrNotFound) || (cerr == nil && !conv.IsMember(userID)) {
+			return errNotMember
+		}
+		if cerr != nil {
+			return fmt.Errorf("load conversation %s: %w", convID, cerr)
+		}
+		user, uerr := s.store.User(ctx, userID)
+		if uerr != nil {
+			return fmt.Errorf("load user %s: %w", userID, uerr)
+		}
+		p = position{kind: conv.Kind, members: len(conv.Members)}
+		hidden, last = user.HideReceipts, conv.LastSeq
+	}
+	seq = min(seq, last)
+	if seq <= p.readSeq {
+		return nil
+	}
+	s.reads.Advance(storage.Cursor{UserID: userID, ConversationID: convID, ReadSeq: seq, Hidden: hidden, UpdatedAt: now()})
+	// Applied here at once, so the user's next request on this node sees it; the bus event then
+	// moves nothing here and reaches the user's devices on other nodes.
+	s.applyCursor(userID, convID, seq, 0)
+	s.publishUser(userID, userEvent{Type: userCursor, ConvID: convID, ReadSeq: seq})
+	if !hidden && s.liveReceipts(p) {
+		s.publishConversation(convID, conversationEvent{Type: protocol.TypeReceipt, UserID: userID, ReadSeq: seq})
+	}
+	return nil
+}
+
+// liveReceipts reports whether cursor moves in a conversation are pushed to its members: DMs and
+// small groups only.
+func (s *Service) liveReceipts(p position) bool {
+	return p.kind == storage.KindDM || p.members <= s.cfg.LiveReceiptsMaxMembers
+}
+
+// Receipts is "read by N" for one message; small conversations also say who.
+type Receipts struct {
+	ReadBy  int64
+	Readers []protocol.Reader
+}
+
+// Receipts counts on demand from the cursors who has read message seq, excluding its sender and
+// users who hide their receipts. The conversation's pending cursor moves are written first;
+// nobody else's.
+func (s *Service) Receipts(ctx context.Context, userID, convID string, seq int64) (Receipts, error) {
+	p, err := s.positionOf(userID, convID)
+	if err != nil {
+		return Receipts{}, err
+	}
+	msgs, err := s.store.MessageRange(ctx, convID, seq, seq)
+	if err != nil {
+		return Receipts{}, fmt.Errorf("load message %s/%d: %w", convID, seq, err)
+	}
+	if len(msgs) == 0 {
+		return Receipts{}, refuse(ErrNotFound, "no message %d in this conversation", seq)
+	}
+	sender := msgs[0].SenderID
+	if err := s.reads.FlushConversation(ctx, convID); err != nil {
+		s.log.Warn().Err(err).Str("conversation", convID).Msg("write read cursors before counting receipts")
+	}
+	n, err := s.store.CountReaders(ctx, convID, seq, sender)
+	if err != nil {
+		return Receipts{}, fmt.Errorf("count readers of %s/%d: %w", convID, seq, err)
+	}
+	out := Receipts{ReadBy: n}
+	if s.liveReceipts(p) {
+		readers, err := s.store.Readers(ctx, convID, seq, sender, int64(s.cfg.LiveReceiptsMaxMembers))
+		if err != nil {
+			return Receipts{}, fmt.Errorf("list readers of %s/%d: %w", convID, seq, err)
+		}
+		for _, r := range readers {
+			out.Readers = append(out.Readers, protocol.Reader{UserID: r.UserID, ReadSeq: r.ReadSeq})
+		}
+	}
+	return out, nil
+}
+
+// Typing tells the other members online that userID is typing, at most once per TypingInterval
+// per conversation; more frequent calls succeed and send nothing.
+func (s *Service) Typing(userID, convID string) error {
+	if _, err := s.positionOf(userID, convID); err != nil {
+		return err
+	}
+	if s.typing.allow(userID, convID, s.cfg.TypingInterval) {
+		s.publishConversation(convID, conversationEvent{Type: protocol.TypeTyping, UserID: userID})
+	}
+	return nil
+}
+
+// SetPrivacy hides (or shows) userID's read position from others.
+func (s *Service) SetPrivacy(ctx context.Context, userID string, hide bool) error {
+	if err := s.store.SetHideReceipts(ctx, userID, hide); err != nil {
+		return fmt.Errorf("store privacy of %s: %w", userID, err)
+	}
+	if u := s.online(userID); u != nil {
+		u.mu.Lock()
+		u.hideReceipts = hide
+		u.mu.Unlock()
+	}
+	return nil
+}
+
+// Badge computes a user's total unread from the store with their pending cursor moves on top, for
+// push services acting for offline users: O(conversations), never a count over messages.
+func (s *Service) Badge(ctx context.Context, userID string) (int64, error) {
+	convs, err := s.store.ConversationsOf(ctx, userID)
+	if err != nil {
+		return 0, fmt.Errorf("load conversations of %s: %w", userID, err)
+	}
+	cursors, err := s.cursorsOf(ctx, userID)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, c := range convs {
+		total += max(0, c.LastSeq-cursors[c.ID].ReadSeq)
+	}
+	return total, nil
+}

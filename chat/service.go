@@ -1,0 +1,317 @@
+// Package chat is the chat service: every operation a user can do (send, open a DM, create a
+// group, change members, list, sync, page history, read, receipts, typing, delete, hide, privacy,
+// account deletion, badge) as a plain method that takes the caller's user id and returns values or
+// errors of the kinds below. The WebSocket router and the HTTP API both call it; neither holds
+// chat logic. It keeps, for the users connected to this node, their read positions in memory, and
+// it turns the events of the bus into frames that the fan-out engine delivers. Every state change
+// reaches a device by one path, applied idempotently (positions only move forward), so one change
+// is one frame per device. Sends go through the sequencer; the service never assigns a seq.
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/sequencer"
+	"github.com/chatd/chatd/storage"
+)
+
+// Kinds of refusal; callers branch on them with errors.Is and map them to wire codes.
+var (
+	ErrNotMember = errors.New("no such conversation, or you are not a member")
+	ErrNotFound  = errors.New("not found")
+	ErrForbidden = errors.New("forbidden")
+	ErrInvalid   = errors.New("invalid request")
+	// ErrUnavailable means nothing was stored: the owner is moving or the store is down. Retrying
+	// a send with the same clientMsgId is safe.
+	ErrUnavailable = errors.New("unavailable, retry")
+	// ErrTooManyConnections refuses a connection past the per-user cap.
+	ErrTooManyConnections = errors.New("too many connections")
+)
+
+// Error is a refusal of one kind with a message for the user.
+type Error struct {
+	Kind    error
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+func (e *Error) Unwrap() error { return e.Kind }
+
+func refuse(kind error, format string, args ...any) error {
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
+}
+
+var errNotMember = &Error{Kind: ErrNotMember, Message: ErrNotMember.Error()}
+
+// Store is what the service reads and writes directly; sends go through the Sender.
+type Store interface {
+	Conversation(ctx context.Context, id string) (storage.Conversation, error)
+	ConversationsOf(ctx context.Context, userID string) ([]storage.Conversation, error)
+	EnsureConversation(ctx context.Context, c storage.Conversation) (storage.Conversation, error)
+	MessageRange(ctx context.Context, conversationID string, from, to int64) ([]storage.Message, error)
+	CursorsOf(ctx context.Context, userID string) ([]storage.Cursor, error)
+	CountReaders(ctx context.Context, conversationID string, seq int64, senderID string) (int64, error)
+	Readers(ctx context.Context, conversationID string, seq int64, senderID string, limit int64) ([]storage.Cursor, error)
+	User(ctx context.Context, id string) (storage.User, error)
+	MissingUsers(ctx context.Context, ids []string) ([]string, error)
+	SetHideReceipts(ctx context.Context, userID string, hide bool) error
+	AddMembers(ctx context.Context, id string, userIDs []string) error
+	RemoveMember(ctx context.Context, id, userID string) error
+	DeleteMessage(ctx context.Context, conversationID string, seq int64, senderID string) error
+	HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error
+	DeleteAccount(ctx context.Context, userID string) (storage.DeletedAccount, error)
+}
+
+// Sender sequences and persists a message; the sequencer implements it.
+type Sender interface {
+	Send(ctx context.Context, req sequencer.SendRequest) (protocol.Message, error)
+	Reload(ctx context.Context, conversationID string) error
+}
+
+// Reads coalesces read-cursor moves; readstate implements it.
+type Reads interface {
+	Advance(cur storage.Cursor)
+	Pending(userID string) []storage.Cursor
+	FlushUser(ctx context.Context, userID string) error
+	FlushConversation(ctx context.Context, conversationID string) error
+}
+
+// Bus publishes events to every node that needs them; the bus package implements it and hands
+// what it receives back to the service's Handle methods.
+type Bus interface {
+	PublishConversation(conversationID string, data []byte) error
+	PublishUser(userID string, data []byte) error
+}
+
+// Conn is one live connection of a user.
+type Conn interface {
+	fanout.Conn
+	// End closes the connection because its user is gone (the account was deleted).
+	End(reason string)
+}
+
+// Service is the chat service of one node. It is safe for concurrent use.
+type Service struct {
+	cfg    Config
+	store  Store
+	seq    Sender
+	reads  Reads
+	bus    Bus
+	engine *fanout.Engine[Conn]
+	log    zerolog.Logger
+
+	seed  maphash.Seed
+	users [shards]userShard
+
+	typing typingThrottle
+}
+
+// shards splits the online users so that unrelated users never contend.
+const shards = 64
+
+type userShard struct {
+	mu sync.Mutex
+	m  map[string]*onlineUser
+}
+
+// onlineUser is what the service keeps of a user with a connection here.
+type onlineUser struct {
+	mu           sync.Mutex
+	hideReceipts bool
+	positions    map[string]*position
+}
+
+// position is one member's place in one conversation. The conversation's last seq is the highest
+// one the fan-out engine delivered here, or the store's when the position was loaded if that is
+// ahead (messages written behind the sequencer's back, by a backfill).
+type position struct {
+	kind      string
+	members   int // for the live-receipts decision
+	loadedSeq int64
+	readSeq   int64
+	hiddenSeq int64 // the user deleted the conversation for themselves at this seq
+}
+
+// New returns a service. Register it as the bus's handler and give it the engine it delivers
+// through.
+func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, engine *fanout.Engine[Conn], log zerolog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg.withDefaults(), store: store, seq: seq, reads: reads, bus: bus, engine: engine,
+		log: log.With().Str("component", "chat").Logger(), seed: maphash.MakeSeed()}
+	for i := range s.users {
+		s.users[i].m = make(map[string]*onlineUser)
+	}
+	s.typing.seen = make(map[typingKey]time.Time)
+	return s, nil
+}
+
+func (s *Service) shard(userID string) *userShard {
+	return &s.users[maphash.String(s.seed, userID)%shards]
+}
+
+// online returns the state of a user connected here, or nil.
+func (s *Service) online(userID string) *onlineUser {
+	sh := s.shard(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.m[userID]
+}
+
+// positionOf returns a copy of a member's position, or errNotMember.
+func (s *Service) positionOf(userID, convID string) (position, error) {
+	if u := s.online(userID); u != nil {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if p, ok := u.positions[convID]; ok {
+			return *p, nil
+		}
+	}
+	return position{}, errNotMember
+}
+
+// lastSeq is the highest seq of a conversation known here, given a member's position in it.
+func (s *Service) lastSeq(convID string, p position) int64 {
+	seq, _ := s.engine.Delivered(convID)
+	return max(seq, p.loadedSeq)
+}
+
+// Open registers a connection of its user and returns the user's total unread. On the user's first
+// connection here it loads their conversations and read positions (O(conversations), reading
+// through cursor moves not yet written); the connection then receives its conversations' events.
+func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
+	uid := c.UserID()
+	user, err := s.store.User(ctx, uid)
+	if err != nil {
+		return 0, fmt.Errorf("load user %s: %w", uid, err)
+	}
+	convs, err := s.store.ConversationsOf(ctx, uid)
+	if err != nil {
+		return 0, fmt.Errorf("load conversations of %s: %w", uid, err)
+	}
+	cursors, err := s.cursorsOf(ctx, uid)
+	if err != nil {
+		return 0, err
+	}
+	sh := s.shard(uid)
+	sh.mu.Lock()
+	if n := len(s.engine.Conns(uid)); n >= s.cfg.MaxConnectionsPerUser {
+		sh.mu.Unlock()
+		return 0, refuse(ErrTooManyConnections, "at most %d connections per user", s.cfg.MaxConnectionsPerUser)
+	}
+	u, ok := sh.m[uid]
+	if !ok {
+		u = &onlineUser{hideReceipts: user.HideReceipts, positions: make(map[string]*position, len(convs))}
+		lastSeqs := make(map[string]int64, len(convs))
+		for _, conv := range convs {
+			cur := cursors[conv.ID]
+			u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
+				readSeq: min(cur.ReadSeq, conv.LastSeq), hiddenSeq: cur.HiddenSeq}
+			lastSeqs[conv.ID] = conv.LastSeq
+		}
+		sh.m[uid] = u
+		s.engine.Add(c, lastSeqs)
+	} else {
+		s.engine.Add(c, nil)
+	}
+	sh.mu.Unlock()
+	return s.total(u), nil
+}
+
+// Close unregisters a connection. With the user's last connection here their pending cursor
+// moves are written, so a reconnect to another node finds them; nobody else's are.
+func (s *Service) Close(c Conn) {
+	uid := c.UserID()
+	sh := s.shard(uid)
+	sh.mu.Lock()
+	last := s.engine.Remove(c)
+	if last {
+		delete(sh.m, uid)
+	}
+	sh.mu.Unlock()
+	if !last {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
+	defer cancel()
+	if err := s.reads.FlushUser(ctx, uid); err != nil {
+		s.log.Warn().Err(err).Str("user", uid).Msg("write read cursors on disconnect")
+	}
+}
+
+// cursorsOf returns a user's read cursors by conversation: the store's, with the moves not yet
+// written on top.
+func (s *Service) cursorsOf(ctx context.Context, userID string) (map[string]storage.Cursor, error) {
+	stored, err := s.store.CursorsOf(ctx, userID)
+	if err != nil {
+		return nil, fmt.Errorf("load cursors of %s: %w", userID, err)
+	}
+	out := make(map[string]storage.Cursor, len(stored))
+	for _, c := range stored {
+		out[c.ConversationID] = c
+	}
+	for _, p := range s.reads.Pending(userID) {
+		if cur := out[p.ConversationID]; p.ReadSeq > cur.ReadSeq {
+			cur.UserID, cur.ConversationID, cur.ReadSeq = p.UserID, p.ConversationID, p.ReadSeq
+			out[p.ConversationID] = cur
+		}
+	}
+	return out, nil
+}
+
+// total sums an online user's unread over their conversations.
+func (s *Service) total(u *onlineUser) int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var t int64
+	for id, p := range u.positions {
+		t += max(0, s.lastSeq(id, *p)-p.readSeq)
+	}
+	return t
+}
+
+// Connections counts the connections registered here.
+func (s *Service) Connections() int { return s.engine.Connections() }
+
+// now is the clock for stored timestamps.
+func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
+
+// typingThrottle lets a user's typing in a conversation fan out at most once per interval.
+type typingThrottle struct {
+	mu   sync.Mutex
+	seen map[typingKey]time.Time
+}
+
+type typingKey struct{ user, conversation string }
+
+// maxTypingEntries bounds the throttle's memory; past it, entries older than the interval go.
+const maxTypingEntries = 10000
+
+// allow reports whether a typing event of user in conversation may fan out now.
+func (t *typingThrottle) allow(user, conversation string, interval time.Duration) bool {
+	k, at := typingKey{user, conversation}, time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if last, ok := t.seen[k]; ok && at.Sub(last) < interval {
+		return false
+	}
+	if len(t.seen) >= maxTypingEntries {
+		for key, last := range t.seen {
+			if at.Sub(last) >= interval {
+				delete(t.seen, key)
+			}
+		}
+	}
+	t.seen[k] = at
+	return true
+}

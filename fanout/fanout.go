@@ -1,0 +1,548 @@
+// Package fanout is a node's registry of live connections and its delivery engine. It knows which
+// local connections belong to which user and which users of this node are members of which
+// conversation, and writes an already-encoded frame to every connection that should see it: the
+// same bytes to all of them, encoded once by the caller. It gives each connection a
+// conversation's messages in seq order and each seq once, across a reconnect's replay and live
+// delivery. It knows nothing of NATS, the store or read state; the chat service drives it.
+//
+// There is no node-wide lock on the delivery path: users and conversations live in maps sharded by
+// id, each conversation entry has its own lock, and delivering to one conversation never waits
+// for another.
+package fanout
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults, each with its reason.
+const (
+	// shards splits the user and conversation maps so that joins and lookups of unrelated ids do
+	// not contend; 64 is plenty for two to a few dozen cores.
+	shards = 64
+	// DefaultSyncGrace is how long a new connection's message pushes are held for its first sync
+	// (see Engine.Sync); a client that never syncs gets them after this.
+	DefaultSyncGrace = 2 * time.Second
+	// DefaultMaxHeld bounds the pushes held for one connection while it syncs; past it they are
+	// dropped and the client fills the gap from history, as after any gap.
+	DefaultMaxHeld = 1024
+)
+
+// Conn is one live connection as the engine sees it. Implementations must not block in Push or
+// PushEphemeral and must not call back into the engine from them.
+type Conn interface {
+	// UserID is the connection's authenticated user.
+	UserID() string
+	// Push queues a frame that must reach the reader; the connection decides what to do with a
+	// reader that cannot take it (it is cut and resyncs on reconnect).
+	Push(frame []byte) bool
+	// PushWait queues a frame the client asked for, waiting for room.
+	PushWait(ctx context.Context, frame []byte) error
+	// PushEphemeral queues a frame that replaces a waiting one with the same key and may be
+	// dropped for a reader that falls behind.
+	PushEphemeral(key string, frame []byte)
+}
+
+// Interest is told when a conversation gains its first local member and loses its last, and when
+// a user gains a first local connection and loses the last, so the node listens to their events
+// exactly while someone here needs them. Calls are made under the engine's lock of that id, in
+// order: they must not block for long and must not call back into the engine.
+type Interest interface {
+	WatchConversation(conversationID string)
+	UnwatchConversation(conversationID string)
+	WatchUser(userID string)
+	UnwatchUser(userID string)
+}
+
+// Config tunes an Engine. Zero fields take the defaults above.
+type Config struct {
+	SyncGrace time.Duration
+	MaxHeld   int
+}
+
+// Engine routes frames to this node's connections. It is safe for concurrent use; deliveries of
+// one conversation are serialized by that conversation's lock, so they reach every connection in
+// the order they were delivered.
+type Engine[C Conn] struct {
+	cfg      Config
+	interest Interest
+	seed     maphash.Seed
+	users    [shards]userShard[C]
+	convs    [shards]convShard[C]
+	conns    atomic.Int64
+}
+
+type userShard[C Conn] struct {
+	mu sync.RWMutex
+	m  map[string]*userEntry[C]
+}
+
+// userEntry is a user with at least one connection here, and the conversations routed to them.
+type userEntry[C Conn] struct {
+	conns map[*connState[C]]struct{}
+	convs map[string]struct{}
+}
+
+type convShard[C Conn] struct {
+	mu sync.RWMutex
+	m  map[string]*convEntry[C]
+}
+
+// convEntry is a conversation with at least one member connected here.
+type convEntry[C Conn] struct {
+	mu    sync.Mutex
+	gone  bool // removed from its shard; a delivery that still holds it does nothing
+	conns map[*connState[C]]struct{}
+	// delivered is the highest seq delivered here: delivery only moves forward, so a message that
+	// arrives behind a later one (republished after an owner failover) is left to the clients' gap
+	// fill from history.
+	delivered int64
+	// positions holds, per key, the highest position an ephemeral frame has carried (receipts), so
+	// those pushes only move forward.
+	positions map[string]int64
+}
+
+// connState is the engine's view of one connection.
+type connState[C Conn] struct {
+	conn C
+
+	syncMu sync.Mutex // one sync at a time per connection
+
+	mu      sync.Mutex
+	sent    map[string]int64 // per conversation, the highest seq given to this connection
+	holding bool
+	held    []heldPush
+	maxHeld int
+	grace   *time.Timer
+}
+
+type heldPush struct {
+	conversationID string
+	seq            int64
+	frame          []byte
+}
+
+// New returns an engine that tells interest when ids come and go.
+func New[C Conn](cfg Config, interest Interest) *Engine[C] {
+	if cfg.SyncGrace <= 0 {
+		cfg.SyncGrace = DefaultSyncGrace
+	}
+	if cfg.MaxHeld <= 0 {
+		cfg.MaxHeld = DefaultMaxHeld
+	}
+	e := &Engine[C]{cfg: cfg, interest: interest, seed: maphash.MakeSeed()}
+	for i := range e.users {
+		e.users[i].m = make(map[string]*userEntry[C])
+		e.convs[i].m = make(map[string]*convEntry[C])
+	}
+	return e
+}
+
+func (e *Engine[C]) userShard(id string) *userShard[C] {
+	return &e.users[maphash.String(e.seed, id)%shards]
+}
+func (e *Engine[C]) convShard(id string) *convShard[C] {
+	return &e.convs[maphash.String(e.seed, id)%shards]
+}
+
+// Add registers a connection. On the user's first connection here, conversations (id to the
+// conversation's last seq) become the user's routed conversations; later connections of the
+// user join the routes the user already has. The connection's message pushes are held until
+// its first Sync or for the sync grace. It returns whether this is the user's first connection.
+func (e *Engine[C]) Add(c C, conversations map[string]int64) (first bool) {
+	cs := &connState[C]{conn: c, sent: make(map[string]int64), holding: true, maxHeld: e.cfg.MaxHeld}
+	cs.grace = time.AfterFunc(e.cfg.SyncGrace, func() { cs.release() })
+	uid := c.UserID()
+	us := e.userShard(uid)
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	u, ok := us.m[uid]
+	if !ok {
+		u = &userEntry[C]{conns: make(map[*connState[C]]struct{}), convs: make(map[string]struct{}, len(conversations))}
+		us.m[uid] = u
+		e.interest.WatchUser(uid)
+		for id, lastSeq := range conversations {
+			u.convs[id] = struct{}{}
+			e.attach(id, lastSeq, cs)
+		}
+	} else {
+		for id := range u.convs {
+			e.attach(id, 0, cs)
+		}
+	}
+	u.conns[cs] = struct{}{}
+	e.conns.Add(1)
+	return !ok
+}
+
+// attach adds connections to a conversation's entry, creating it (delivered = lastSeq) for the
+// first local member. The caller holds the user's shard lock.
+func (e *Engine[C]) attach(convID string, lastSeq int64, conns ...*connState[C]) {
+	s := e.convShard(convID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.m[convID]
+	if !ok {
+		c = &convEntry[C]{conns: make(map[*connState[C]]struct{}), delivered: lastSeq}
+		s.m[convID] = c
+		e.interest.WatchConversation(convID)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cs := range conns {
+		c.conns[cs] = struct{}{}
+	}
+}
+
+// detach removes connections from a conversation's entry and drops the entry with its last
+// connection. The caller holds the user's shard lock.
+func (e *Engine[C]) detach(convID string, conns map[*connState[C]]struct{}) {
+	s := e.convShard(convID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.m[convID]
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for cs := range conns {
+		delete(c.conns, cs)
+	}
+	if len(c.conns) == 0 {
+		c.gone = true
+		delete(s.m, convID)
+		e.interest.UnwatchConversation(convID)
+	}
+}
+
+// Remove unregisters a connection and reports whether it was its user's last one here.
+func (e *Engine[C]) Remove(c C) (last bool) {
+	uid := c.UserID()
+	us := e.userShard(uid)
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	u, ok := us.m[uid]
+	if !ok {
+		return false
+	}
+	var cs *connState[C]
+	for candidate := range u.conns {
+		if Conn(candidate.conn) == Conn(c) {
+			cs = candidate
+		}
+	}
+	if cs == nil {
+		return false
+	}
+	cs.grace.Stop()
+	delete(u.conns, cs)
+	e.conns.Add(-1)
+	one := map[*connState[C]]struct{}{cs: {}}
+	for id := range u.convs {
+		e.detach(id, one)
+	}
+	if len(u.conns) > 0 {
+		return false
+	}
+	delete(us.m, uid)
+	e.interest.UnwatchUser(uid)
+	return true
+}
+
+// Join routes a conversation to every connection of an online user, from the seq after lastSeq.
+// It reports false when the user has no connection here or the route exists already.
+func (e *Engine[C]) Join(userID, convID string, lastSeq int64) bool {
+	us := e.userShard(userID)
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	u, ok := us.m[userID]
+	if !ok {
+		return false
+	}
+	if _, known := u.convs[convID]; known {
+		return false
+	}
+	u.convs[convID] = struct{}{}
+	conns := make([]*connState[C], 0, len(u.conns))
+	for cs := range u.conns {
+		conns = append(conns, cs)
+	}
+	e.attach(convID, lastSeq, conns...)
+	return true
+}
+
+// Leave stops routing a conversation to a user's connections. It reports false when there was no
+// such route.
+func (e *Engine[C]) Leave(userID, convID string) bool {
+	us := e.userShard(userID)
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	u, ok := us.m[userID]
+	if !ok {
+		return false
+	}
+	if _, known := u.convs[convID]; !known {
+		return false
+	}
+	delete(u.convs, convID)
+	e.detach(convID, u.conns)
+	for cs := range u.conns {
+		cs.forget(convID)
+	}
+	return true
+}
+
+// conversation returns the live entry of a conversation, or nil.
+func (e *Engine[C]) conversation(convID string) *convEntry[C] {
+	s := e.convShard(convID)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.m[convID]
+}
+
+// DeliverMessage gives a conversation's message push (seq, encoded once) to every connection of
+// its local members. It reports false, delivering nothing, when nobody here is a member or the seq
+// is not newer than the last one delivered here.
+func (e *Engine[C]) DeliverMessage(convID string, seq int64, frame []byte) bool {
+	c := e.conversation(convID)
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone || seq <= c.delivered {
+		return false
+	}
+	c.delivered = seq
+	for cs := range c.conns {
+		cs.deliver(convID, seq, frame)
+	}
+	return true
+}
+
+// Delivered returns the highest seq of a conversation delivered here, and false when nobody here
+// is a member.
+func (e *Engine[C]) Delivered(convID string) (int64, bool) {
+	c := e.conversation(convID)
+	if c == nil {
+		return 0, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.delivered, !c.gone
+}
+
+// Conversations returns the conversations with a member here, with the highest seq delivered.
+func (e *Engine[C]) Conversations() map[string]int64 {
+	out := make(map[string]int64)
+	for i := range e.convs {
+		s := &e.convs[i]
+		s.mu.RLock()
+		for id, c := range s.m {
+			c.mu.Lock()
+			out[id] = c.delivered
+			c.mu.Unlock()
+		}
+		s.mu.RUnlock()
+	}
+	return out
+}
+
+// PushToConversation gives a frame that must be seen (a deletion notice, say) to every connection
+// of the conversation's local members except those of skipUser (empty: nobody is skipped).
+func (e *Engine[C]) PushToConversation(convID, skipUser string, frame []byte) {
+	c := e.conversation(convID)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone {
+		return
+	}
+	for cs := range c.conns {
+		if cs.conn.UserID() != skipUser {
+			cs.conn.Push(frame)
+		}
+	}
+}
+
+// EphemeralToConversation gives an ephemeral frame to the conversation's local connections except
+// skipUser's. With a position > 0, the frame is dropped unless position is above the last one
+// carried under the same key, so such pushes (receipts) only move forward.
+func (e *Engine[C]) EphemeralToConversation(convID, skipUser, key string, position int64, frame []byte) {
+	c := e.conversation(convID)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone {
+		return
+	}
+	if position > 0 {
+		if position <= c.positions[key] {
+			return
+		}
+		if c.positions == nil {
+			c.positions = make(map[string]int64)
+		}
+		c.positions[key] = position
+	}
+	for cs := range c.conns {
+		if cs.conn.UserID() != skipUser {
+			cs.conn.PushEphemeral(key, frame)
+		}
+	}
+}
+
+// PushToUser gives a frame that must be seen to every connection of a user here.
+func (e *Engine[C]) PushToUser(userID string, frame []byte) {
+	for _, c := range e.Conns(userID) {
+		c.Push(frame)
+	}
+}
+
+// EphemeralToUser gives an ephemeral frame to every connection of a user here.
+func (e *Engine[C]) EphemeralToUser(userID, key string, frame []byte) {
+	for _, c := range e.Conns(userID) {
+		c.PushEphemeral(key, frame)
+	}
+}
+
+// Conns returns a user's connections here.
+func (e *Engine[C]) Conns(userID string) []C {
+	us := e.userShard(userID)
+	us.mu.RLock()
+	defer us.mu.RUnlock()
+	u, ok := us.m[userID]
+	if !ok {
+		return nil
+	}
+	out := make([]C, 0, len(u.conns))
+	for cs := range u.conns {
+		out = append(out, cs.conn)
+	}
+	return out
+}
+
+// Users returns the users with a connection here.
+func (e *Engine[C]) Users() []string {
+	var out []string
+	for i := range e.users {
+		s := &e.users[i]
+		s.mu.RLock()
+		for id := range s.m {
+			out = append(out, id)
+		}
+		s.mu.RUnlock()
+	}
+	return out
+}
+
+// Connections counts the connections registered here.
+func (e *Engine[C]) Connections() int { return int(e.conns.Load()) }
+
+// Sync runs replay for a connection with its message pushes held: replay gives it stored
+// messages through push (skipping seqs it has already been given), and then the pushes that
+// arrived meanwhile are released, in order and without repeats. So a (re)connected client
+// receives each conversation in seq order and each seq once. Syncs of one connection run one at a
+// time.
+func (e *Engine[C]) Sync(ctx context.Context, c C, replay func(push ReplayFunc) error) error {
+	cs := e.state(c)
+	if cs == nil {
+		return replay(func(string, int64, []byte) error { return nil })
+	}
+	cs.syncMu.Lock()
+	defer cs.syncMu.Unlock()
+	cs.hold()
+	defer cs.release()
+	return replay(func(convID string, seq int64, frame []byte) error {
+		if !cs.claim(convID, seq) {
+			return nil
+		}
+		return c.PushWait(ctx, frame)
+	})
+}
+
+// ReplayFunc gives one stored message push to the syncing connection.
+type ReplayFunc func(convID string, seq int64, frame []byte) error
+
+// state finds the engine's state of a connection.
+func (e *Engine[C]) state(c C) *connState[C] {
+	us := e.userShard(c.UserID())
+	us.mu.RLock()
+	defer us.mu.RUnlock()
+	if u, ok := us.m[c.UserID()]; ok {
+		for cs := range u.conns {
+			if Conn(cs.conn) == Conn(c) {
+				return cs
+			}
+		}
+	}
+	return nil
+}
+
+// deliver gives a live message push to the connection, or holds it while the connection syncs.
+func (cs *connState[C]) deliver(convID string, seq int64, frame []byte) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.holding {
+		if len(cs.held) < cs.maxHeld {
+			cs.held = append(cs.held, heldPush{convID, seq, frame})
+		}
+		return
+	}
+	if seq > cs.sent[convID] {
+		cs.sent[convID] = seq
+		cs.conn.Push(frame)
+	}
+}
+
+// claim records that seq of a conversation is being given to the connection, and reports false
+// when it has been given already.
+func (cs *connState[C]) claim(convID string, seq int64) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if seq <= cs.sent[convID] {
+		return false
+	}
+	cs.sent[convID] = seq
+	return true
+}
+
+func (cs *connState[C]) hold() {
+	cs.grace.Stop()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.holding = true
+}
+
+// release ends holding and gives the held pushes in arrival order, skipping seqs given already.
+func (cs *connState[C]) release() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.holding = false
+	for _, h := range cs.held {
+		if h.seq > cs.sent[h.conversationID] {
+			cs.sent[h.conversationID] = h.seq
+			cs.conn.Push(h.frame)
+		}
+	}
+	cs.held = nil
+}
+
+// forget drops what the connection was given of a conversation it left, so a later rejoin starts
+// afresh, and the pushes of it still held, so a release does not give a conversation's messages
+// to a user who has left it.
+func (cs *connState[C]) forget(convID string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	delete(cs.sent, convID)
+	cs.held = slices.DeleteFunc(cs.held, func(h heldPush) bool { return h.conversationID == convID })
+}

@@ -1,0 +1,158 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/chat"
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/session"
+)
+
+// socket is a session as the chat service sees it.
+type socket struct{ *session.Session }
+
+// End closes the socket because its user is gone.
+func (s socket) End(reason string) { s.Close(session.StatusRemoved, reason) }
+
+// router answers a session's frames by calling the chat service, and maps the service's errors to
+// wire codes. It is the only place that knows both.
+type router struct {
+	chat        *chat.Service
+	sendTimeout time.Duration
+	opTimeout   time.Duration
+	log         zerolog.Logger
+}
+
+// Opened registers the session with the service and greets it.
+func (r *router) Opened(ctx context.Context, s *session.Session) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opTimeout)
+	defer cancel()
+	// hello is the first frame: queued before the service may push anything to the socket.
+	if err := s.Reply(ctx, protocol.ServerFrame{Type: protocol.TypeHello, UserID: s.UserID(), SessionID: s.ID()}); err != nil {
+		return err
+	}
+	total, err := r.chat.Open(ctx, socket{s})
+	if err != nil {
+		return wireError(err) // rate_limited closes with 4029
+	}
+	if err := s.Reply(ctx, protocol.ServerFrame{Type: protocol.TypeBadge, Total: &total}); err != nil {
+		r.chat.Close(socket{s}) // Closed is called only after Opened succeeded
+		return err
+	}
+	return nil
+}
+
+// Closed unregisters the session.
+func (r *router) Closed(s *session.Session) { r.chat.Close(socket{s}) }
+
+// HandleFrame answers one client frame. Identity always comes from the session.
+func (r *router) HandleFrame(ctx context.Context, s *session.Session, f protocol.ClientFrame) error {
+	timeout := r.opTimeout
+	if f.Type == protocol.TypeSend {
+		timeout = r.sendTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	reply, err := r.answer(ctx, s, f)
+	if err != nil {
+		return wireError(err)
+	}
+	if reply == nil {
+		return nil
+	}
+	reply.ID = f.ID
+	return s.Reply(ctx, *reply)
+}
+
+// answer runs a frame's operation and returns its reply, or nil for frames answered by nothing.
+func (r *router) answer(ctx context.Context, s *session.Session, f protocol.ClientFrame) (*protocol.ServerFrame, error) {
+	uid, conv := s.UserID(), f.ConversationID
+	ok := &protocol.ServerFrame{Type: protocol.TypeOK}
+	switch f.Type {
+	case protocol.TypeSend:
+		m, err := r.chat.Send(ctx, uid, chat.SendRequest{ConversationID: conv, ClientMsgID: f.ClientMsgID, Body: f.Body, ReplyTo: f.ReplyTo})
+		if err != nil {
+			return nil, err
+		}
+		return &protocol.ServerFrame{Type: protocol.TypeAck, ConversationID: m.ConversationID, Seq: m.Seq,
+			ClientMsgID: m.ClientMsgID, CreatedAt: &m.CreatedAt}, nil
+	case protocol.TypeOpenDM:
+		return conversationReply(r.chat.OpenDM(ctx, uid, f.UserID))
+	case protocol.TypeCreateGroup:
+		return conversationReply(r.chat.CreateGroup(ctx, uid, f.Name, f.Members))
+	case protocol.TypeListConversations:
+		views, err := r.chat.ListConversations(ctx, uid)
+		return &protocol.ServerFrame{Type: protocol.TypeConversations, Conversations: views}, err
+	case protocol.TypeSync:
+		views, err := r.chat.Sync(ctx, socket{s}, f.Since)
+		return &protocol.ServerFrame{Type: protocol.TypeSynced, Conversations: views}, err
+	case protocol.TypeHistory:
+		p, err := r.chat.History(ctx, uid, conv, chat.Anchor{Before: f.Before, After: f.After, Around: f.Around, Fraction: f.Fraction}, f.PageLimit())
+		return &protocol.ServerFrame{Type: protocol.TypePage, ConversationID: conv, Messages: p.Messages,
+			FirstSeq: p.FirstSeq, LastSeq: p.LastSeq, HasBefore: p.HasBefore, HasAfter: p.HasAfter}, err
+	case protocol.TypeRead:
+		return nil, r.chat.Read(ctx, uid, conv, f.Seq)
+	case protocol.TypeReceipts:
+		rc, err := r.chat.Receipts(ctx, uid, conv, f.Seq)
+		return &protocol.ServerFrame{Type: protocol.TypeReceiptCount, ConversationID: conv, Seq: f.Seq,
+			ReadBy: &rc.ReadBy, Readers: rc.Readers}, err
+	case protocol.TypeTyping:
+		return nil, r.chat.Typing(uid, conv)
+	case protocol.TypeSetPrivacy:
+		return ok, r.chat.SetPrivacy(ctx, uid, *f.HideReceipts)
+	case protocol.TypeAddMembers:
+		return ok, r.chat.AddMembers(ctx, uid, conv, f.Members)
+	case protocol.TypeRemoveMember:
+		return ok, r.chat.RemoveMember(ctx, uid, conv, f.UserID)
+	case protocol.TypeLeave:
+		return ok, r.chat.RemoveMember(ctx, uid, conv, uid)
+	case protocol.TypeDeleteMessage:
+		return ok, r.chat.DeleteMessage(ctx, uid, conv, f.Seq)
+	case protocol.TypeHideConversation:
+		return ok, r.chat.HideConversation(ctx, uid, conv)
+	default:
+		return nil, protocol.Errorf(protocol.CodeUnknownType, "frame type %q is not supported", f.Type)
+	}
+}
+
+func conversationReply(c protocol.Conversation, err error) (*protocol.ServerFrame, error) {
+	return &protocol.ServerFrame{Type: protocol.TypeConversation, Conversation: &c}, err
+}
+
+// wireCodes maps the service's kinds of refusal to stable wire codes.
+var wireCodes = []struct {
+	kind      error
+	code      string
+	retryable bool
+}{
+	{chat.ErrNotMember, protocol.CodeNotMember, false},
+	{chat.ErrNotFound, protocol.CodeNotFound, false},
+	{chat.ErrForbidden, protocol.CodeForbidden, false},
+	{chat.ErrInvalid, protocol.CodeInvalidField, false},
+	{chat.ErrUnavailable, protocol.CodeUnavailable, true},
+	{chat.ErrTooManyConnections, protocol.CodeRateLimited, true},
+}
+
+// wireError turns an error of the service into one the session sends as an error frame; anything
+// unknown stays as it is and is answered as internal (and logged by the session).
+func wireError(err error) error {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	for _, w := range wireCodes {
+		if errors.Is(err, w.kind) {
+			msg := w.kind.Error()
+			var ce *chat.Error
+			if errors.As(err, &ce) {
+				msg = ce.Message
+			}
+			return &protocol.Error{Code: w.code, Message: msg, Retryable: w.retryable}
+		}
+	}
+	return err
+}

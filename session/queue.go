@@ -1,0 +1,268 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/chatd/chatd/protocol"
+)
+
+// ErrClosed is returned by PushWait and Reply once the session is closing.
+var ErrClosed = errors.New("session closed")
+
+// outbox holds what waits for the writer: must-deliver frames in FIFO order, bounded in bytes,
+// and ephemeral frames keyed so that a newer frame replaces a waiting one. Nothing is allocated
+// until a frame waits, and the storage is let go when the writer empties it, so an idle
+// connection costs a few words.
+type outbox struct {
+	mu sync.Mutex
+	// must holds the must-deliver frames not yet taken by the writer.
+	must fifo[outFrame]
+	// pushBytes counts Push frames queued or being written; it is what cuts a slow consumer.
+	// replyBytes counts PushWait frames likewise; replies wait while the two together reach the
+	// limit, so a client paces its own requests by reading, and pushes keep their own budget
+	// while a long sync is being read.
+	pushBytes, replyBytes int
+	// room, when not nil, is closed and cleared as soon as bytes are written: it wakes PushWait
+	// callers waiting for the queue to drain. Waiters create it, so it costs nothing otherwise.
+	room chan struct{}
+	// eph maps a key to its waiting frame; ephOrder is the order keys were first queued.
+	eph      map[string]*ephFrame
+	ephOrder fifo[*ephFrame]
+	// dropped counts ephemeral frames coalesced into a newer one or dropped for want of room.
+	dropped int64
+	// shut is set when the session closes: nothing more is queued.
+	shut bool
+}
+
+// outFrame is one must-deliver frame; push tells Push frames from replies for byte accounting.
+type outFrame struct {
+	data []byte
+	push bool
+}
+
+// ephFrame is the latest frame waiting under one ephemeral key.
+type ephFrame struct {
+	key  string
+	data []byte
+}
+
+// Push queues a frame that must reach the reader (a persisted message, a conversation, removed,
+// hidden or deleted notice) without blocking. If the Push bytes waiting would exceed
+// MaxQueuedBytes the client has stopped reading: the session is closed with StatusSlowConsumer,
+// the frame is dropped and false is returned; the client fills the gap with a sync when it
+// reconnects. Push also returns false once the session is closing.
+func (s *Session) Push(frame []byte) bool {
+	q := &s.out
+	q.mu.Lock()
+	if q.shut {
+		q.mu.Unlock()
+		return false
+	}
+	if q.pushBytes+len(frame) > s.cfg.MaxQueuedBytes {
+		queued := q.pushBytes + q.replyBytes
+		q.mu.Unlock()
+		s.log.Warn().Int("queuedBytes", queued).Int("frameBytes", len(frame)).
+			Msg("slow consumer: write queue full; closing")
+		s.Close(StatusSlowConsumer, "slow consumer: write queue full")
+		return false
+	}
+	q.must.push(outFrame{data: frame, push: true})
+	q.pushBytes += len(frame)
+	q.mu.Unlock()
+	s.wakeWriter()
+	return true
+}
+
+// PushWait queues a frame that answers the client's own request. It waits while the
+// must-deliver bytes queued are at or over MaxQueuedBytes, so a client paces what it asked for
+// by reading it; it never closes the session. It fails with ErrClosed when the session closes,
+// or with ctx's error.
+func (s *Session) PushWait(ctx context.Context, frame []byte) error {
+	q := &s.out
+	for {
+		q.mu.Lock()
+		if q.shut {
+			q.mu.Unlock()
+			return ErrClosed
+		}
+		if q.pushBytes+q.replyBytes < s.cfg.MaxQueuedBytes {
+			q.must.push(outFrame{data: frame})
+			q.replyBytes += len(frame)
+			q.mu.Unlock()
+			s.wakeWriter()
+			return nil
+		}
+		if q.room == nil {
+			q.room = make(chan struct{})
+		}
+		room := q.room
+		q.mu.Unlock()
+		select {
+		case <-room:
+		case <-s.closed:
+			return ErrClosed
+		case <-ctx.Done():
+			return fmt.Errorf("queue reply: %w", ctx.Err())
+		}
+	}
+}
+
+// Reply encodes f and queues it with PushWait.
+func (s *Session) Reply(ctx context.Context, f protocol.ServerFrame) error {
+	data, err := protocol.Encode(f)
+	if err != nil {
+		return fmt.Errorf("reply: %w", err)
+	}
+	return s.PushWait(ctx, data)
+}
+
+// PushEphemeral queues a frame that may be coalesced or dropped: typing, receipt pushes, badge
+// updates, cursor moves. A frame whose key is already waiting replaces it in place, so the reader
+// gets the latest value in the place of the first; keys name what the frame is the latest value
+// of ("badge", "cursor:<conv>", "receipt:<conv>:<user>", "typing:<conv>:<user>"). Past
+// MaxEphemeral waiting keys the frame is dropped. Ephemeral frames never block, never count
+// toward MaxQueuedBytes and never close the session.
+func (s *Session) PushEphemeral(key string, frame []byte) {
+	q := &s.out
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.shut {
+		return
+	}
+	if e := q.eph[key]; false && e != nil {
+		e.data = frame
+		q.dropped++
+		return
+	}
+	if q.ephOrder.len() >= s.cfg.MaxEphemeral {
+		q.dropped++
+		return
+	}
+	e := &ephFrame{key: key, data: frame}
+	if q.eph == nil {
+		q.eph = make(map[string]*ephFrame)
+	}
+	q.eph[key] = e
+	q.ephOrder.push(e)
+	s.wakeWriter()
+}
+
+// EphemeralDropped reports how many ephemeral frames were coalesced into a newer one or dropped.
+func (s *Session) EphemeralDropped() int64 {
+	s.out.mu.Lock()
+	defer s.out.mu.Unlock()
+	return s.out.dropped
+}
+
+// wakeWriter tells the writer there is something to write; a wake-up already pending suffices.
+func (s *Session) wakeWriter() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waiting reports how many must-deliver and ephemeral frames wait.
+func (q *outbox) waiting() (must, eph int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.must.len(), q.ephOrder.len()
+}
+
+// takeMust returns the oldest waiting must-deliver frame. Its bytes stay counted until written.
+func (q *outbox) takeMust() (outFrame, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.must.pop()
+}
+
+// written uncounts a must-deliver frame the writer has written and wakes waiting replies.
+func (q *outbox) written(f outFrame) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if f.push {
+		q.pushBytes -= len(f.data)
+	} else {
+		q.replyBytes -= len(f.data)
+	}
+	if q.room != nil {
+		close(q.room)
+		q.room = nil
+	}
+}
+
+// takeEphemeral returns the waiting ephemeral frame whose key was queued first.
+func (q *outbox) takeEphemeral() ([]byte, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e, ok := q.ephOrder.pop()
+	if !ok {
+		return nil, false
+	}
+	delete(q.eph, e.key)
+	if len(q.eph) == 0 {
+		q.eph = nil // maps do not shrink; let a burst's buckets go
+	}
+	return e.data, true
+}
+
+// close stops queueing; PushWait callers see s.closed.
+func (q *outbox) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.shut = true
+}
+
+// discard lets go of everything still waiting.
+func (q *outbox) discard() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.must = fifo[outFrame]{}
+	q.ephOrder = fifo[*ephFrame]{}
+	q.eph = nil
+	q.pushBytes, q.replyBytes = 0, 0
+}
+
+// fifo is a queue in a slice that grows with use and is let go when it empties.
+type fifo[T any] struct {
+	items []T
+	head  int
+}
+
+// keepCap is the largest backing array an empty fifo keeps for reuse; a burst's larger one is
+// let go so that a connection that was busy once does not hold its memory while idle.
+const keepCap = 16
+
+func (q *fifo[T]) len() int { return len(q.items) - q.head }
+
+func (q *fifo[T]) push(v T) {
+	if q.head > 0 && len(q.items) == cap(q.items) {
+		// Reuse the space of taken items before growing.
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, v)
+}
+
+func (q *fifo[T]) pop() (T, bool) {
+	var zero T
+	if q.head == len(q.items) {
+		return zero, false
+	}
+	v := q.items[q.head]
+	q.items[q.head] = zero // let the writer's frame be collected once written
+	q.head++
+	if q.head == len(q.items) {
+		if cap(q.items) > keepCap {
+			q.items = nil
+		} else {
+			q.items = q.items[:0]
+		}
+		q.head = 0
+	}
+	return v, true
+}
