@@ -132,7 +132,7 @@ func (s *Session) PushEphemeral(key string, frame []byte) {
 	if q.shut {
 		return
 	}
-	if e := q.eph[key]; false && e != nil {
+	if e := q.eph[key]; e != nil {
 		e.data = frame
 		q.dropped++
 		return

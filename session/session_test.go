@@ -466,6 +466,33 @@ func TestHandlerPanicEndsOnlyItsSession(t *testing.T) {
 	}
 }
 
+// The writer pings: a peer that stops answering is closed, one that reads stays open.
+func TestKeepalivePingsCloseADeadPeer(t *testing.T) {
+	const interval = 20 * time.Millisecond
+	cfg := session.Config{PingInterval: interval, PongTimeout: 3 * interval}
+
+	t.Run("not answering", func(t *testing.T) {
+		srv := startServer(t, serverOptions{cfg: cfg})
+		c := srv.dial("alice") // not reading, so its pongs are never sent
+		receive(t, "the session to give up on the silent peer", c.sess.Done())
+		c.read()
+		c.closedWith(websocket.StatusPolicyViolation)
+	})
+
+	t.Run("answering", func(t *testing.T) {
+		srv := startServer(t, serverOptions{cfg: cfg})
+		c := srv.dial("alice")
+		c.read()
+		time.Sleep(10 * interval) // ten pings, each answered by the client while it reads
+		select {
+		case <-c.sess.Done():
+			t.Fatal("a session whose peer answers pings was closed")
+		default:
+		}
+		c.stillOpen("p1")
+	})
+}
+
 func TestConfigValidateAndDefaults(t *testing.T) {
 	for _, c := range []session.Config{
 		{MaxInFlight: -1}, {MaxQueuedBytes: -1}, {MaxEphemeral: -1}, {WriteTimeout: -1}, {AbuseBurst: -1},
