@@ -28,6 +28,11 @@ const (
 	// most about twice this much.
 	DefaultMaxQueuedBytes = 4 << 20
 
+	// DefaultSlowConsumerGrace is how long the must-deliver bytes of a socket may stay past
+	// MaxQueuedBytes before it is cut: a reader on a slow link catching up after a burst gets a
+	// few seconds, one that stopped reading does not get to hold memory.
+	DefaultSlowConsumerGrace = 5 * time.Second
+
 	// DefaultMaxEphemeral bounds the distinct keys of coalescible frames (typing, receipts,
 	// badges, cursors) waiting for one socket. A user in 256 busy conversations at once is rare;
 	// past that a lagging reader loses updates that the next one of each key supersedes anyway.
@@ -65,6 +70,10 @@ const (
 	DefaultAbuseBurst = 20000
 )
 
+// slowConsumerHardFactor bounds a socket's must-deliver bytes at this many times MaxQueuedBytes
+// whatever the grace, so a burst cannot make one session hold unbounded memory.
+const slowConsumerHardFactor = 4
+
 // inFlightRetryAfter is the retry hint for a frame refused because MaxInFlight frames are running:
 // about one store round trip, after which one of them has usually finished.
 const inFlightRetryAfter = 50 * time.Millisecond
@@ -78,8 +87,10 @@ type Config struct {
 	ReadLimit int64
 	// MaxInFlight bounds the frames of one session handled at once; more are refused.
 	MaxInFlight int
-	// MaxQueuedBytes bounds the must-deliver bytes waiting for one socket.
-	MaxQueuedBytes int
+	// MaxQueuedBytes bounds the must-deliver bytes waiting for one socket; past it for
+	// SlowConsumerGrace (or past four times it at all) the socket is cut.
+	MaxQueuedBytes    int
+	SlowConsumerGrace time.Duration
 	// MaxEphemeral bounds the distinct keys of coalescible frames waiting for one socket.
 	MaxEphemeral int
 	// PingInterval is how often the server pings an otherwise quiet peer.
@@ -106,21 +117,22 @@ type Config struct {
 // DefaultConfig returns the configuration with every default filled in.
 func DefaultConfig() Config {
 	return Config{
-		ReadLimit:      DefaultReadLimit,
-		MaxInFlight:    DefaultMaxInFlight,
-		MaxQueuedBytes: DefaultMaxQueuedBytes,
-		MaxEphemeral:   DefaultMaxEphemeral,
-		PingInterval:   DefaultPingInterval,
-		PongTimeout:    DefaultPongTimeout,
-		WriteTimeout:   DefaultWriteTimeout,
-		SendRate:       DefaultSendRate,
-		SendBurst:      DefaultSendBurst,
-		FrameRate:      DefaultFrameRate,
-		FrameBurst:     DefaultFrameBurst,
-		UserFrameRate:  DefaultUserFrameRate,
-		UserFrameBurst: DefaultUserFrameBurst,
-		AbuseRate:      DefaultAbuseRate,
-		AbuseBurst:     DefaultAbuseBurst,
+		ReadLimit:         DefaultReadLimit,
+		MaxInFlight:       DefaultMaxInFlight,
+		MaxQueuedBytes:    DefaultMaxQueuedBytes,
+		SlowConsumerGrace: DefaultSlowConsumerGrace,
+		MaxEphemeral:      DefaultMaxEphemeral,
+		PingInterval:      DefaultPingInterval,
+		PongTimeout:       DefaultPongTimeout,
+		WriteTimeout:      DefaultWriteTimeout,
+		SendRate:          DefaultSendRate,
+		SendBurst:         DefaultSendBurst,
+		FrameRate:         DefaultFrameRate,
+		FrameBurst:        DefaultFrameBurst,
+		UserFrameRate:     DefaultUserFrameRate,
+		UserFrameBurst:    DefaultUserFrameBurst,
+		AbuseRate:         DefaultAbuseRate,
+		AbuseBurst:        DefaultAbuseBurst,
 	}
 }
 
@@ -129,7 +141,7 @@ func (c Config) Validate() error {
 	if c.ReadLimit < 0 || c.MaxInFlight < 0 || c.MaxQueuedBytes < 0 || c.MaxEphemeral < 0 {
 		return errors.New("session: limits must not be negative")
 	}
-	if c.PingInterval < 0 || c.PongTimeout < 0 || c.WriteTimeout < 0 {
+	if c.PingInterval < 0 || c.PongTimeout < 0 || c.WriteTimeout < 0 || c.SlowConsumerGrace < 0 {
 		return errors.New("session: timeouts must not be negative")
 	}
 	if c.SendBurst < 0 || c.FrameBurst < 0 || c.UserFrameBurst < 0 || c.AbuseBurst < 0 {
@@ -144,6 +156,7 @@ func (c Config) withDefaults() Config {
 	c.ReadLimit = cmp.Or(c.ReadLimit, d.ReadLimit)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, d.MaxInFlight)
 	c.MaxQueuedBytes = cmp.Or(c.MaxQueuedBytes, d.MaxQueuedBytes)
+	c.SlowConsumerGrace = cmp.Or(c.SlowConsumerGrace, d.SlowConsumerGrace)
 	c.MaxEphemeral = cmp.Or(c.MaxEphemeral, d.MaxEphemeral)
 	c.PingInterval = cmp.Or(c.PingInterval, d.PingInterval)
 	c.PongTimeout = cmp.Or(c.PongTimeout, d.PongTimeout)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/chatd/chatd/protocol"
 )
@@ -17,7 +18,8 @@ var ErrClosed = errors.New("session closed")
 // until a frame waits, and the storage is let go when the writer empties it, so an idle
 // connection costs a few words.
 type outbox struct {
-	mu sync.Mutex
+	limit int // MaxQueuedBytes
+	mu    sync.Mutex
 	// must holds the must-deliver frames not yet taken by the writer.
 	must fifo[outFrame]
 	// pushBytes counts Push frames queued or being written; it is what cuts a slow consumer.
@@ -25,6 +27,9 @@ type outbox struct {
 	// limit, so a client paces its own requests by reading, and pushes keep their own budget
 	// while a long sync is being read.
 	pushBytes, replyBytes int
+	// overSince is when the Push bytes last rose past MaxQueuedBytes while the writer had not
+	// brought them back under it; zero while under.
+	overSince time.Time
 	// room, when not nil, is closed and cleared as soon as bytes are written: it wakes PushWait
 	// callers waiting for the queue to drain. Waiters create it, so it costs nothing otherwise.
 	room chan struct{}
@@ -50,10 +55,12 @@ type ephFrame struct {
 }
 
 // Push queues a frame that must reach the reader (a persisted message, a conversation, removed,
-// hidden or deleted notice) without blocking. If the Push bytes waiting would exceed
-// MaxQueuedBytes the client has stopped reading: the session is closed with StatusSlowConsumer,
-// the frame is dropped and false is returned; the client fills the gap with a sync when it
-// reconnects. Push also returns false once the session is closing.
+// hidden or deleted notice) without blocking. A reader may fall behind for a moment: the Push
+// bytes waiting may pass MaxQueuedBytes. If they stay past it for SlowConsumerGrace, or reach
+// slowConsumerHardFactor times it, the client cannot take what it must receive: the session is
+// closed with StatusSlowConsumer (logged at warn), the frame is dropped and false is returned;
+// the client fills the gap with a sync when it reconnects. Push also returns false once the
+// session is closing.
 func (s *Session) Push(frame []byte) bool {
 	q := &s.out
 	q.mu.Lock()
@@ -61,13 +68,19 @@ func (s *Session) Push(frame []byte) bool {
 		q.mu.Unlock()
 		return false
 	}
-	if q.pushBytes+len(frame) > s.cfg.MaxQueuedBytes {
-		queued := q.pushBytes + q.replyBytes
-		q.mu.Unlock()
-		s.log.Warn().Int("queuedBytes", queued).Int("frameBytes", len(frame)).
-			Msg("slow consumer: write queue full; closing")
-		s.Close(StatusSlowConsumer, "slow consumer: write queue full")
-		return false
+	now := time.Now()
+	if queued := q.pushBytes + len(frame); queued > s.cfg.MaxQueuedBytes {
+		if q.overSince.IsZero() {
+			q.overSince = now
+		}
+		behind := now.Sub(q.overSince)
+		if queued > slowConsumerHardFactor*s.cfg.MaxQueuedBytes || behind > s.cfg.SlowConsumerGrace {
+			q.mu.Unlock()
+			s.log.Warn().Int("queuedBytes", queued).Dur("behind", behind).
+				Msg("slow consumer: write queue full; closing")
+			s.Close(StatusSlowConsumer, "slow consumer: write queue full")
+			return false
+		}
 	}
 	q.must.push(outFrame{data: frame, push: true})
 	q.pushBytes += len(frame)
@@ -185,6 +198,9 @@ func (q *outbox) written(f outFrame) {
 	defer q.mu.Unlock()
 	if f.push {
 		q.pushBytes -= len(f.data)
+		if q.pushBytes <= q.limit {
+			q.overSince = time.Time{}
+		}
 	} else {
 		q.replyBytes -= len(f.data)
 	}

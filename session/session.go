@@ -98,6 +98,7 @@ func New(conn *websocket.Conn, userID string, cfg Config, limits *Limits, log ze
 		ctx:    ctx,
 		cancel: cancel,
 		closed: make(chan struct{}),
+		out:    outbox{limit: cfg.MaxQueuedBytes},
 	}
 }
 

@@ -271,6 +271,25 @@ func TestSlowConsumerIsCutAndReaderIsNot(t *testing.T) {
 		}
 	})
 
+	t.Run("behind for longer than the grace", func(t *testing.T) {
+		const grace = 300 * time.Millisecond
+		srv := startServer(t, serverOptions{cfg: session.Config{MaxQueuedBytes: maxQueued, SlowConsumerGrace: grace}, smallBuffers: true})
+		c := srv.dial("alice")
+		// Three times the limit, under the hard bound of four (the kernel's buffers take a little):
+		// a reader may be this far behind for a moment.
+		for i := range 3 * maxQueued / frameSize {
+			if !c.sess.Push(frameOfSize("m", frameSize)) {
+				t.Fatalf("push %d refused within the grace", i)
+			}
+		}
+		time.Sleep(grace + 100*time.Millisecond) // the grace is the point of the test
+		if c.sess.Push(frameOfSize("m", frameSize)) {
+			t.Fatal("a reader behind for longer than the grace still takes pushes")
+		}
+		c.read()
+		c.closedWith(session.StatusSlowConsumer)
+	})
+
 	t.Run("reading", func(t *testing.T) {
 		srv := startServer(t, serverOptions{cfg: cfg, smallBuffers: true})
 		c := srv.dial("alice")
