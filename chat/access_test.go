@@ -256,3 +256,25 @@ func TestTooManyConnections(t *testing.T) {
 	ts.svc.Close(conns[0])
 	ts.connect("alice")
 }
+
+// TestRemovedElsewhere: a member removed on another node whose event has not reached this one
+// yet is refused by the operations that check the store: history and hiding.
+func TestRemovedElsewhere(t *testing.T) {
+	ts := newTestService(t)
+	ts.connect("alice")
+	ts.connect("bob")
+	group := ts.group("alice", "bob")
+	ts.send("alice", group, "m")
+	if err := ts.store.RemoveMember(ts.ctx, group, "bob"); err != nil { // the event is lost
+		t.Fatal(err)
+	}
+	if _, err := ts.svc.History(ts.ctx, "bob", group, Anchor{}, 10); !errors.Is(err, ErrNotMember) {
+		t.Errorf("history: got %v, want ErrNotMember", err)
+	}
+	if err := ts.svc.HideConversation(ts.ctx, "bob", group); !errors.Is(err, ErrNotMember) {
+		t.Errorf("hide: got %v, want ErrNotMember", err)
+	}
+	if _, err := ts.svc.Send(ts.ctx, "bob", SendRequest{ConversationID: group, ClientMsgID: "b", Body: "hi"}); !errors.Is(err, ErrNotMember) {
+		t.Errorf("send: got %v, want ErrNotMember (the sequencer knows)", err)
+	}
+}

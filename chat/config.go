@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"errors"
 	"time"
 )
@@ -50,24 +51,12 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.SendTimeout == 0 {
-		c.SendTimeout = d.SendTimeout
-	}
-	if c.OpTimeout == 0 {
-		c.OpTimeout = d.OpTimeout
-	}
-	if c.SyncLimit == 0 {
-		c.SyncLimit = d.SyncLimit
-	}
-	if c.LiveReceiptsMaxMembers == 0 {
-		c.LiveReceiptsMaxMembers = d.LiveReceiptsMaxMembers
-	}
-	if c.MaxConnectionsPerUser == 0 {
-		c.MaxConnectionsPerUser = d.MaxConnectionsPerUser
-	}
-	if c.TypingInterval == 0 {
-		c.TypingInterval = d.TypingInterval
-	}
+	c.SendTimeout = cmp.Or(c.SendTimeout, d.SendTimeout)
+	c.OpTimeout = cmp.Or(c.OpTimeout, d.OpTimeout)
+	c.SyncLimit = cmp.Or(c.SyncLimit, d.SyncLimit)
+	c.LiveReceiptsMaxMembers = cmp.Or(c.LiveReceiptsMaxMembers, d.LiveReceiptsMaxMembers)
+	c.MaxConnectionsPerUser = cmp.Or(c.MaxConnectionsPerUser, d.MaxConnectionsPerUser)
+	c.TypingInterval = cmp.Or(c.TypingInterval, d.TypingInterval)
 	return c
 }
 

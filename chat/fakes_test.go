@@ -3,7 +3,6 @@ package chat
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"sort"
 	"sync"
@@ -468,7 +467,6 @@ type fakeReads struct {
 	advances    []storage.Cursor
 	userFlushes []string
 	convFlushes []string
-	written     []storage.Cursor
 }
 
 var _ Reads = (*fakeReads)(nil)
@@ -521,7 +519,6 @@ func (r *fakeReads) flush(match func(cursorKey) bool) {
 			delete(r.pending, k)
 		}
 	}
-	r.written = append(r.written, batch...)
 	r.mu.Unlock()
 	r.store.advanceCursors(batch)
 }
@@ -962,12 +959,4 @@ func (ts *testService) conversation(user, convID string) protocol.Conversation {
 	}
 	ts.t.Fatalf("%s's list has no conversation %s: %+v", user, convID, views)
 	return protocol.Conversation{}
-}
-
-// isKind reports whether err is a refusal of kind; for a table's "want nil" it wants no error.
-func isKind(err, kind error) bool {
-	if kind == nil {
-		return err == nil
-	}
-	return errors.Is(err, kind)
 }

@@ -101,9 +101,17 @@ func TestRemoveMember(t *testing.T) {
 	ts.send("alice", group, "one")
 	ts.bus.echo(2)
 
+	// The removal takes effect here at once, before any event of it comes back over the bus.
+	ts.bus.hold()
 	if err := ts.svc.RemoveMember(ts.ctx, "alice", group, "bob"); err != nil {
 		t.Fatal(err)
 	}
+	for i, c := range bob {
+		if got := c.ofType(t, protocol.TypeRemoved); len(got) != 1 {
+			t.Errorf("bob's connection %d got %d removed pushes before the bus delivered anything, want 1", i, len(got))
+		}
+	}
+	ts.bus.release()
 	ts.send("alice", group, "after bob")
 	for i, c := range bob {
 		got := c.ofType(t, protocol.TypeRemoved)
