@@ -69,14 +69,19 @@ func (s *Service) HandleMessage(convID string, data []byte) {
 		s.log.Error().Err(err).Str("conversation", convID).Msg("undecodable message event")
 		return
 	}
-	if u := s.online(msg.SenderID); u != nil {
+	s.ownMessage(msg.SenderID, convID, msg.Seq)
+	s.engine.DeliverMessage(convID, msg.Seq, protocol.PushFromEncodedMessage(data))
+}
+
+// ownMessage moves a sender's position past their own message, if they are online here.
+func (s *Service) ownMessage(senderID, convID string, seq int64) {
+	if u := s.online(senderID); u != nil {
 		u.mu.Lock()
 		if p, ok := u.positions[convID]; ok {
-			p.readSeq = max(p.readSeq, msg.Seq)
+			p.readSeq = max(p.readSeq, seq)
 		}
 		u.mu.Unlock()
 	}
-	s.engine.DeliverMessage(convID, msg.Seq, protocol.PushFromEncodedMessage(data))
 }
 
 // HandleConversationEvent delivers a receipt, typing or deletion event to the local members.
@@ -142,8 +147,10 @@ func (s *Service) applyJoin(userID string, conv protocol.Conversation) {
 		return
 	}
 	u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq}
-	u.mu.Unlock()
+	delete(u.left, conv.ID)
+	// The route changes under u.mu with the position, so a join and a leave cannot cross.
 	s.engine.Join(userID, conv.ID, conv.LastSeq)
+	u.mu.Unlock()
 	conv.ReadSeq, conv.Unread = 0, conv.LastSeq
 	s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeConversation, Conversation: &conv})
 	s.badge(userID, u, conv.ID)
@@ -158,11 +165,16 @@ func (s *Service) applyLeave(userID, convID string) {
 	u.mu.Lock()
 	_, known := u.positions[convID]
 	delete(u.positions, convID)
+	if u.left != nil { // still loading
+		u.left[convID] = true
+	}
+	if known {
+		s.engine.Leave(userID, convID)
+	}
 	u.mu.Unlock()
 	if !known {
 		return
 	}
-	s.engine.Leave(userID, convID)
 	s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeRemoved, ConversationID: convID})
 	s.badge(userID, u, "")
 }

@@ -42,6 +42,9 @@ type fakeStore struct {
 	// beforeRange, when set, runs at the start of every MessageRange, outside the lock, so a test
 	// can make something happen while the service replays or pages.
 	beforeRange func(convID string, from, to int64)
+	// afterConversationsOf, when set, runs after ConversationsOf has read, outside the lock, so
+	// a test can make something happen between a connecting user's read and what follows.
+	afterConversationsOf func(userID string)
 }
 
 var _ Store = (*fakeStore)(nil)
@@ -89,14 +92,18 @@ func (f *fakeStore) Conversation(_ context.Context, id string) (storage.Conversa
 
 func (f *fakeStore) ConversationsOf(_ context.Context, userID string) ([]storage.Conversation, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	var out []storage.Conversation
 	for _, c := range f.convs {
 		if c.IsMember(userID) {
 			out = append(out, cloneConv(c))
 		}
 	}
+	after := f.afterConversationsOf
+	f.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	if after != nil {
+		after(userID)
+	}
 	return out, nil
 }
 

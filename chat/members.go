@@ -34,13 +34,13 @@ func (s *Service) group(ctx context.Context, userID, convID string) (storage.Con
 
 // announce sequences a system message about a membership change. Reload makes the owner re-read
 // the members first, so the change binds the very next send.
-func (s *Service) announce(ctx context.Context, convID, actor, body string) error {
-	_, err := s.seq.Send(ctx, sequencer.SendRequest{ConversationID: convID, SenderID: actor, ClientMsgID: uuid.NewString(),
+func (s *Service) announce(ctx context.Context, convID, actor, body string) (protocol.Message, error) {
+	m, err := s.seq.Send(ctx, sequencer.SendRequest{ConversationID: convID, SenderID: actor, ClientMsgID: uuid.NewString(),
 		Kind: storage.KindSystem, Body: body, Reload: true})
 	if err != nil {
-		return fmt.Errorf("announce in %s: %w", convID, err)
+		return protocol.Message{}, fmt.Errorf("announce in %s: %w", convID, err)
 	}
-	return nil
+	return m, nil
 }
 
 // AddMembers adds users to a group userID is in; any member may add.
@@ -68,11 +68,14 @@ func (s *Service) AddMembers(ctx context.Context, userID, convID string, members
 	if err := s.store.AddMembers(ctx, c.ID, added); err != nil {
 		return fmt.Errorf("add members to %s: %w", c.ID, err)
 	}
-	if err := s.announce(ctx, c.ID, userID, userID+" added "+strings.Join(added, ", ")); err != nil {
+	m, err := s.announce(ctx, c.ID, userID, userID+" added "+strings.Join(added, ", "))
+	if err != nil {
 		return err
 	}
+	// The new members' nodes may hear of the join after the announcement went by: the view
+	// includes it, so their clients page it from history.
 	c.Members = append(c.Members, added...)
-	view := toView(c, position{}, c.LastSeq)
+	view := toView(c, position{}, m.Seq)
 	for _, m := range added {
 		s.publishUser(m, userEvent{Type: userJoined, Conversation: &view})
 	}
@@ -102,7 +105,8 @@ func (s *Service) RemoveMember(ctx context.Context, userID, convID, target strin
 	// Here at once, so the removed user's next frame is refused; the bus tells the other nodes.
 	s.applyLeave(target, convID)
 	s.publishUser(target, userEvent{Type: userLeft, ConvID: convID})
-	return s.announce(ctx, convID, userID, body)
+	_, err = s.announce(ctx, convID, userID, body)
+	return err
 }
 
 // DeleteMessage tombstones one of the user's own messages for everyone; its seq stays.
@@ -165,7 +169,7 @@ func (s *Service) DeleteAccount(ctx context.Context, userID string) error {
 	}
 	for _, g := range deleted.Groups {
 		s.publishUser(userID, userEvent{Type: userLeft, ConvID: g.ID})
-		if err := s.announce(ctx, g.ID, "", "a member deleted their account"); err != nil {
+		if _, err := s.announce(ctx, g.ID, "", "a member deleted their account"); err != nil {
 			return err
 		}
 	}

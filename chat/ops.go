@@ -59,6 +59,7 @@ func (s *Service) Send(ctx context.Context, userID string, req SendRequest) (pro
 	}
 	s.reads.Advance(storage.Cursor{UserID: userID, ConversationID: m.ConversationID, ReadSeq: m.Seq,
 		Hidden: s.hidesReceipts(userID), UpdatedAt: now()})
+	s.ownMessage(userID, m.ConversationID, m.Seq) // at once, not only when the push arrives
 	return m, nil
 }
 
@@ -303,7 +304,12 @@ func (s *Service) Read(ctx context.Context, userID, convID string, seq int64) er
 		if uerr != nil {
 			return fmt.Errorf("load user %s: %w", userID, uerr)
 		}
-		p = position{kind: conv.Kind, members: len(conv.Members)}
+		// A late beacon must not publish a receipt behind what the user has read already.
+		cursors, cerr := s.cursorsOf(ctx, userID)
+		if cerr != nil {
+			return cerr
+		}
+		p = position{kind: conv.Kind, members: len(conv.Members), readSeq: cursors[convID].ReadSeq}
 		hidden, last = user.HideReceipts, conv.LastSeq
 	}
 	seq = min(seq, last)

@@ -125,9 +125,18 @@ type userShard struct {
 
 // onlineUser is what the service keeps of a user with a connection here.
 type onlineUser struct {
+	// loaded is closed once the user's state has been read from the store, loadErr saying how
+	// that went. The user's events are heard from before the read starts, so none published
+	// meanwhile is missed.
+	loaded  chan struct{}
+	loadErr error
+
 	mu           sync.Mutex
 	hideReceipts bool
 	positions    map[string]*position
+	// left remembers, while the state is loading, the conversations the user left meanwhile, so
+	// the load does not bring them back; nil once loaded.
+	left map[string]bool
 }
 
 // position is one member's place in one conversation. The conversation's last seq is the highest
@@ -191,18 +200,6 @@ func (s *Service) lastSeq(convID string, p position) int64 {
 // through cursor moves not yet written); the connection then receives its conversations' events.
 func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 	uid := c.UserID()
-	user, err := s.store.User(ctx, uid)
-	if err != nil {
-		return 0, fmt.Errorf("load user %s: %w", uid, err)
-	}
-	convs, err := s.store.ConversationsOf(ctx, uid)
-	if err != nil {
-		return 0, fmt.Errorf("load conversations of %s: %w", uid, err)
-	}
-	cursors, err := s.cursorsOf(ctx, uid)
-	if err != nil {
-		return 0, err
-	}
 	sh := s.shard(uid)
 	sh.mu.Lock()
 	if n := len(s.engine.Conns(uid)); n >= s.cfg.MaxConnectionsPerUser {
@@ -211,21 +208,57 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 	}
 	u, ok := sh.m[uid]
 	if !ok {
-		u = &onlineUser{hideReceipts: user.HideReceipts, positions: make(map[string]*position, len(convs))}
-		lastSeqs := make(map[string]int64, len(convs))
-		for _, conv := range convs {
-			cur := cursors[conv.ID]
-			u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
-				readSeq: min(cur.ReadSeq, conv.LastSeq), hiddenSeq: cur.HiddenSeq}
-			lastSeqs[conv.ID] = conv.LastSeq
-		}
+		u = &onlineUser{loaded: make(chan struct{}), positions: make(map[string]*position), left: make(map[string]bool)}
 		sh.m[uid] = u
-		s.engine.Add(c, lastSeqs)
-	} else {
-		s.engine.Add(c, nil)
 	}
+	s.engine.Add(c) // the user's events are heard from here on
 	sh.mu.Unlock()
+	if !ok {
+		u.loadErr = s.load(ctx, uid, u)
+		close(u.loaded)
+	}
+	select {
+	case <-u.loaded:
+	case <-ctx.Done():
+		s.Close(c)
+		return 0, fmt.Errorf("wait for the state of %s: %w", uid, ctx.Err())
+	}
+	if u.loadErr != nil {
+		s.Close(c)
+		return 0, u.loadErr
+	}
 	return s.total(u), nil
+}
+
+// load reads an online user's state from the store and routes their conversations to them. Joins
+// and leaves heard on the bus while it reads win over what it read.
+func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
+	user, err := s.store.User(ctx, uid)
+	if err != nil {
+		return fmt.Errorf("load user %s: %w", uid, err)
+	}
+	convs, err := s.store.ConversationsOf(ctx, uid)
+	if err != nil {
+		return fmt.Errorf("load conversations of %s: %w", uid, err)
+	}
+	cursors, err := s.cursorsOf(ctx, uid)
+	if err != nil {
+		return err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.hideReceipts = user.HideReceipts
+	for _, conv := range convs {
+		if _, known := u.positions[conv.ID]; known || u.left[conv.ID] {
+			continue
+		}
+		cur := cursors[conv.ID]
+		u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
+			readSeq: min(cur.ReadSeq, conv.LastSeq), hiddenSeq: cur.HiddenSeq}
+		s.engine.Join(uid, conv.ID, conv.LastSeq)
+	}
+	u.left = nil
+	return nil
 }
 
 // Close unregisters a connection. With the user's last connection here their pending cursor

@@ -35,7 +35,10 @@ func newBenchEngine(b *testing.B, users int, convsOf func(i int) []string) (*fan
 		for _, id := range convsOf(i) {
 			convs[id] = 0
 		}
-		e.Add(c, convs)
+		e.Add(c)
+		for id := range convs {
+			e.Join(c.user, id, 0)
+		}
 		if err := e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil }); err != nil {
 			b.Fatal(err)
 		}

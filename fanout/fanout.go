@@ -149,11 +149,11 @@ func (e *Engine[C]) convShard(id string) *convShard[C] {
 	return &e.convs[maphash.String(e.seed, id)%shards]
 }
 
-// Add registers a connection. On the user's first connection here, conversations (id to the
-// conversation's last seq) become the user's routed conversations; later connections of the
-// user join the routes the user already has. The connection's message pushes are held until
-// its first Sync or for the sync grace. It returns whether this is the user's first connection.
-func (e *Engine[C]) Add(c C, conversations map[string]int64) (first bool) {
+// Add registers a connection. It joins the conversations its user already has routed here (see
+// Join); on the user's first connection there are none yet. The connection's message pushes are
+// held until its first Sync or for the sync grace. It returns whether this is the user's first
+// connection here.
+func (e *Engine[C]) Add(c C) (first bool) {
 	cs := &connState[C]{conn: c, sent: make(map[string]int64), holding: true, maxHeld: e.cfg.MaxHeld}
 	cs.grace = time.AfterFunc(e.cfg.SyncGrace, func() { cs.release() })
 	uid := c.UserID()
@@ -162,17 +162,12 @@ func (e *Engine[C]) Add(c C, conversations map[string]int64) (first bool) {
 	defer us.mu.Unlock()
 	u, ok := us.m[uid]
 	if !ok {
-		u = &userEntry[C]{conns: make(map[*connState[C]]struct{}), convs: make(map[string]struct{}, len(conversations))}
+		u = &userEntry[C]{conns: make(map[*connState[C]]struct{}), convs: make(map[string]struct{})}
 		us.m[uid] = u
 		e.interest.WatchUser(uid)
-		for id, lastSeq := range conversations {
-			u.convs[id] = struct{}{}
-			e.attach(id, lastSeq, cs)
-		}
-	} else {
-		for id := range u.convs {
-			e.attach(id, 0, cs)
-		}
+	}
+	for id := range u.convs {
+		e.attach(id, 0, cs)
 	}
 	u.conns[cs] = struct{}{}
 	e.conns.Add(1)

@@ -119,10 +119,20 @@ func newEngine(t *testing.T, cfg fanout.Config) (*fanout.Engine[*conn], *interes
 	return fanout.New[*conn](cfg, in), in
 }
 
+// add registers a connection and routes convs (id to last seq) to its user, as the chat service
+// does for a user's first connection.
+func add(e *fanout.Engine[*conn], c *conn, convs map[string]int64) bool {
+	first := e.Add(c)
+	for id, seq := range convs {
+		e.Join(c.UserID(), id, seq)
+	}
+	return first
+}
+
 // live adds a connection and syncs it at once, so its pushes are not held.
 func live(t *testing.T, e *fanout.Engine[*conn], c *conn, convs map[string]int64) bool {
 	t.Helper()
-	first := e.Add(c, convs)
+	first := add(e, c, convs)
 	if err := e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +154,7 @@ func TestInterest(t *testing.T) {
 	}{
 		{"a's first connection", func() bool { return live(t, e, a1, map[string]int64{"x": 0, "y": 3}) }, true,
 			[]string{"watch conversation x", "watch conversation y", "watch user a"}},
-		{"a's second connection", func() bool { return live(t, e, a2, map[string]int64{"ignored": 0}) }, false, nil},
+		{"a's second connection gets a's routes", func() bool { return live(t, e, a2, nil) }, false, nil},
 		{"b joins x through his first connection", func() bool { return live(t, e, b1, map[string]int64{"x": 0}) }, true,
 			[]string{"watch user b"}},
 		{"b joins z", func() bool { return e.Join("b", "z", 0) }, true, []string{"watch conversation z"}},
@@ -242,7 +252,7 @@ func TestHeldUntilGrace(t *testing.T) {
 	e, _ := newEngine(t, fanout.Config{SyncGrace: grace})
 	c := newConn("a")
 	added := time.Now()
-	e.Add(c, map[string]int64{"x": 0})
+	add(e, c, map[string]int64{"x": 0})
 	for seq := int64(1); seq <= 3; seq++ {
 		e.DeliverMessage("x", seq, msg("x", seq))
 	}
@@ -271,7 +281,7 @@ func TestHeldUntilGrace(t *testing.T) {
 func TestSyncReplaysThenReleases(t *testing.T) {
 	e, _ := newEngine(t, fanout.Config{})
 	c := newConn("a")
-	e.Add(c, map[string]int64{"x": 2, "y": 0})
+	add(e, c, map[string]int64{"x": 2, "y": 0})
 	for seq := int64(3); seq <= 6; seq++ { // live while not synced: held
 		e.DeliverMessage("x", seq, msg("x", seq))
 	}
@@ -346,7 +356,7 @@ func TestSyncReplaysThenReleases(t *testing.T) {
 func TestMaxHeld(t *testing.T) {
 	e, _ := newEngine(t, fanout.Config{MaxHeld: 3})
 	c := newConn("a")
-	e.Add(c, map[string]int64{"x": 0})
+	add(e, c, map[string]int64{"x": 0})
 	for seq := int64(1); seq <= 10; seq++ {
 		e.DeliverMessage("x", seq, msg("x", seq))
 	}
@@ -416,7 +426,7 @@ func TestGraceTimersDoNotLeak(t *testing.T) {
 	var conns []*conn
 	for i := range 1000 {
 		c := newConn("u" + strconv.Itoa(i%10))
-		e.Add(c, map[string]int64{"x": 0})
+		add(e, c, map[string]int64{"x": 0})
 		if i%2 == 0 {
 			e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil })
 		}
@@ -482,7 +492,7 @@ func TestConcurrentChurn(t *testing.T) {
 				switch op := rng.IntN(6); {
 				case op == 0 || len(mine) == 0:
 					c := newConn(user)
-					e.Add(c, map[string]int64{conv(rng.IntN(convs)): 0})
+					add(e, c, map[string]int64{conv(rng.IntN(convs)): 0})
 					mine = append(mine, c)
 					churnedMu.Lock()
 					churned = append(churned, c)
@@ -565,7 +575,7 @@ func TestConcurrentChurn(t *testing.T) {
 func TestLeaveWhileHeld(t *testing.T) {
 	e, _ := newEngine(t, fanout.Config{})
 	c := newConn("a")
-	e.Add(c, map[string]int64{"x": 0, "y": 0})
+	add(e, c, map[string]int64{"x": 0, "y": 0})
 	e.DeliverMessage("x", 1, msg("x", 1))
 	e.DeliverMessage("y", 1, msg("y", 1))
 	e.Leave("a", "x")
