@@ -292,25 +292,33 @@ func (e *Engine[C]) Leave(userID, convID string) bool {
 	return true
 }
 
-// conversation returns the live entry of a conversation, or nil.
-func (e *Engine[C]) conversation(convID string) *convEntry[C] {
+// locked returns the live entry of a conversation with its lock held, or nil.
+func (e *Engine[C]) locked(convID string) *convEntry[C] {
 	s := e.convShard(convID)
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.m[convID]
+	c := s.m[convID]
+	s.mu.RUnlock()
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		return nil
+	}
+	return c
 }
 
 // DeliverMessage gives a conversation's message push (seq, encoded once) to every connection of
 // its local members. It reports false, delivering nothing, when nobody here is a member or the seq
 // is not newer than the last one delivered here.
 func (e *Engine[C]) DeliverMessage(convID string, seq int64, frame []byte) bool {
-	c := e.conversation(convID)
+	c := e.locked(convID)
 	if c == nil {
 		return false
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gone || seq <= c.delivered {
+	if seq <= c.delivered {
 		return false
 	}
 	c.delivered = seq
@@ -323,13 +331,12 @@ func (e *Engine[C]) DeliverMessage(convID string, seq int64, frame []byte) bool 
 // Delivered returns the highest seq of a conversation delivered here, and false when nobody here
 // is a member.
 func (e *Engine[C]) Delivered(convID string) (int64, bool) {
-	c := e.conversation(convID)
+	c := e.locked(convID)
 	if c == nil {
 		return 0, false
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.delivered, !c.gone
+	return c.delivered, true
 }
 
 // Conversations returns the conversations with a member here, with the highest seq delivered.
@@ -351,15 +358,11 @@ func (e *Engine[C]) Conversations() map[string]int64 {
 // PushToConversation gives a frame that must be seen (a deletion notice, say) to every connection
 // of the conversation's local members except those of skipUser (empty: nobody is skipped).
 func (e *Engine[C]) PushToConversation(convID, skipUser string, frame []byte) {
-	c := e.conversation(convID)
+	c := e.locked(convID)
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gone {
-		return
-	}
 	for cs := range c.conns {
 		if cs.conn.UserID() != skipUser {
 			cs.conn.Push(frame)
@@ -371,15 +374,11 @@ func (e *Engine[C]) PushToConversation(convID, skipUser string, frame []byte) {
 // skipUser's. With a position > 0, the frame is dropped unless position is above the last one
 // carried under the same key, so such pushes (receipts) only move forward.
 func (e *Engine[C]) EphemeralToConversation(convID, skipUser, key string, position int64, frame []byte) {
-	c := e.conversation(convID)
+	c := e.locked(convID)
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gone {
-		return
-	}
 	if position > 0 {
 		if position <= c.positions[key] {
 			return
