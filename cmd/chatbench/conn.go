@@ -53,12 +53,13 @@ type frame struct {
 	} `json:"conversation"`
 }
 
-// Frames the bench never looks at are skipped before decoding: every delivered message brings a
-// badge along, and decoding those would double the generator's work.
+// Frames the bench never looks at are skipped before decoding: badges, cursors, typing and
+// receipts follow every read, and decoding them would only add to the generator's work.
 var skippedPrefixes = [][]byte{[]byte(`{"type":"badge"`), []byte(`{"type":"cursor"`), []byte(`{"type":"typing"`), []byte(`{"type":"receipt"`)}
 
-// dialBench opens a connection as userID and waits for the server's hello, so a returned
-// connection is an authenticated, registered session.
+// dialBench opens a connection as userID, waits for the server's hello and syncs (a fresh
+// client holds nothing), so a returned connection is an authenticated, registered session that
+// gets live pushes at once.
 func dialBench(ctx context.Context, d *dialer, wsURL, token string, index int, userID string,
 	onPush func(*benchConn, *frame, time.Time)) (*benchConn, error) {
 	u, err := url.Parse(wsURL)
@@ -82,6 +83,10 @@ func dialBench(ctx context.Context, d *dialer, wsURL, token string, index int, u
 	go c.readLoop(hello)
 	select {
 	case <-hello:
+		if _, err := c.request(ctx, protocol.ClientFrame{Type: protocol.TypeSync}); err != nil {
+			c.close()
+			return nil, &dialError{err: fmt.Errorf("sync: %w", err)}
+		}
 		return c, nil
 	case <-c.done:
 		return nil, &dialError{err: fmt.Errorf("closed before hello: %w", c.err)}
