@@ -138,7 +138,7 @@ func waitEvents(t *testing.T, r *recorder, id string, want ...event) {
 	t.Helper()
 	waitFor(t, 5*time.Second, func() error {
 		if got := r.of(id); !slices.Equal(got, want) {
-			return fmt.Errorf("events of %s = %v, want %v", id, got, want)
+			return fmt.Errorf("events of %s = %v, want %v (all events: %v)", id, got, want, r.snapshot())
 		}
 		return nil
 	})
@@ -155,6 +155,9 @@ func TestWatchAndUnwatchConversation(t *testing.T) {
 
 	publish(t, other, "chat.conv.c1.msg", "m1")
 	publish(t, other, "chat.conv.c1.evt", "e1")
+	waitEvents(t, r, "c1", event{"msg", "c1", "m1"}, event{"evt", "c1", "e1"})
+	// The bus's own PublishConversation, from another connection than those two: only now is
+	// its order after them certain.
 	if err := b.PublishConversation("c1", []byte("e2")); err != nil {
 		t.Fatalf("publish conversation event: %v", err)
 	}
@@ -231,7 +234,8 @@ func TestBlockedConversationDoesNotHoldUpOthers(t *testing.T) {
 	release := make(chan struct{})
 	r := &recorder{hold: map[string]chan struct{}{"slow": release}, entered: make(chan string, 1)}
 	b, busConn, other := setup(t, bus.Config{Dispatchers: dispatchers}, r)
-	t.Cleanup(sync.OnceFunc(func() { close(release) })) // runs before b.Close, which waits for the handler
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // runs before b.Close, which waits for the handler
 	ids := []string{"slow"}
 	for i := range others {
 		ids = append(ids, fmt.Sprintf("c%d", i))
@@ -259,7 +263,7 @@ func TestBlockedConversationDoesNotHoldUpOthers(t *testing.T) {
 	t.Logf("%d of %d other conversations got through while one handler call blocked", len(r.snapshot()), others)
 
 	// Those behind the slow one are delayed, not lost.
-	close(release)
+	unblock()
 	waitFor(t, 5*time.Second, func() error {
 		if got := r.snapshot(); len(got) != len(ids) {
 			return fmt.Errorf("%d of %d events arrived after the slow handler returned: %v", len(got), len(ids), got)

@@ -101,7 +101,8 @@ func (c *Coalescer) FlushConversation(ctx context.Context, conversationID string
 }
 
 // Pending returns a user's moves not yet written, so a reader of the store can apply them on top
-// (read-through) without writing anything.
+// (read-through) without writing anything. A conversation may appear twice (a move made while an
+// older one is being written): take the highest.
 func (c *Coalescer) Pending(userID string) []storage.Cursor {
 	c.mu.Lock()
 	defer c.mu.Unlock()
