@@ -16,7 +16,7 @@ var (
 
 func newAuth(t *testing.T, dev bool) *Authenticator {
 	t.Helper()
-	a, err := New(testSecret, dev)
+	a, err := New(Config{Secret: testSecret, DevMode: dev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,9 +39,9 @@ func TestVerifyAcceptsSignedToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, err := a.Verify(tok)
-	if err != nil || user != "alice" {
-		t.Fatalf("Verify = %q, %v; want alice", user, err)
+	id, err := a.Verify(tok)
+	if err != nil || id.UserID != "alice" {
+		t.Fatalf("Verify = %+v, %v; want alice", id, err)
 	}
 }
 
@@ -88,12 +88,12 @@ func TestVerifyRefuses(t *testing.T) {
 		{"subject too long", signClaims(t, jwt.SigningMethodHS256, testSecret, valid(strings.Repeat("a", 65)))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			user, err := newAuth(t, true).Verify(tc.token)
+			id, err := newAuth(t, true).Verify(tc.token)
 			if !errors.Is(err, ErrUnauthenticated) {
-				t.Fatalf("Verify = %q, %v; want ErrUnauthenticated", user, err)
+				t.Fatalf("Verify = %+v, %v; want ErrUnauthenticated", id, err)
 			}
-			if user != "" {
-				t.Fatalf("a refused token still named user %q", user)
+			if id.UserID != "" {
+				t.Fatalf("a refused token still named user %q", id.UserID)
 			}
 		})
 	}
@@ -110,8 +110,8 @@ func TestIssuedTokenExpiresAfterTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.now = func() time.Time { return start.Add(DefaultTokenTTL - time.Minute) }
-	if user, err := a.Verify(tok); err != nil || user != "alice" {
-		t.Fatalf("just before the TTL: %q, %v", user, err)
+	if id, err := a.Verify(tok); err != nil || id.UserID != "alice" {
+		t.Fatalf("just before the TTL: %+v, %v", id, err)
 	}
 	a.now = func() time.Time { return start.Add(DefaultTokenTTL + time.Minute) }
 	if _, err := a.Verify(tok); !errors.Is(err, ErrUnauthenticated) {
@@ -130,11 +130,11 @@ func TestOnlyDevModeIssues(t *testing.T) {
 
 func TestNewRefusesShortSecret(t *testing.T) {
 	for _, secret := range [][]byte{nil, []byte("short"), testSecret[:31]} {
-		if _, err := New(secret, true); err == nil {
+		if _, err := New(Config{Secret: secret, DevMode: true}); err == nil {
 			t.Fatalf("New accepted a %d-byte secret", len(secret))
 		}
 	}
-	if _, err := New(testSecret[:32], false); err != nil {
+	if _, err := New(Config{Secret: testSecret[:32]}); err != nil {
 		t.Fatalf("New refused a 32-byte secret: %v", err)
 	}
 }

@@ -22,10 +22,12 @@ type conversationEvent struct {
 // nothing), so the node that made a change may apply it at once and its own echo is a no-op: one
 // change, one frame per device.
 type userEvent struct {
-	Type         string                 `json:"type"` // joined, left, cursor, hidden or deleted
+	Type         string                 `json:"type"` // joined, left, cursor, hidden, deleted or blocks
 	Conversation *protocol.Conversation `json:"conversation,omitempty"`
 	ConvID       string                 `json:"conversationId,omitempty"`
 	ReadSeq      int64                  `json:"readSeq,omitempty"`
+	// Peer is the other user of a block or unblock (blocks events).
+	Peer string `json:"peer,omitempty"`
 }
 
 // User event types.
@@ -35,6 +37,9 @@ const (
 	userCursor  = "cursor"
 	userHidden  = "hidden"
 	userDeleted = "deleted"
+	// userBlocks says a block between the user and Peer was made or undone, in either direction:
+	// the node forgets the block state it cached for their DM and reads it again on the next send.
+	userBlocks = "blocks"
 )
 
 func (s *Service) publishUser(userID string, ev userEvent) {
@@ -131,6 +136,10 @@ func (s *Service) HandleUserEvent(userID string, data []byte) {
 		for _, c := range s.engine.Conns(userID) {
 			c.End("account deleted")
 		}
+	case userRevoked:
+		s.applyRevoke(userID)
+	case userBlocks:
+		s.forgetBlock(userID, ev.Peer)
 	}
 }
 
@@ -146,7 +155,8 @@ func (s *Service) applyJoin(userID string, conv protocol.Conversation) {
 		u.mu.Unlock()
 		return
 	}
-	u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq}
+	u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
+		peer: dmPeer(conv.Kind, conv.Members, userID)}
 	delete(u.left, conv.ID)
 	// The route changes under u.mu with the position, so a join and a leave cannot cross.
 	s.engine.Join(userID, conv.ID, conv.LastSeq)
@@ -246,8 +256,9 @@ func (s *Service) ephemeralToUser(userID, key string, f protocol.ServerFrame) {
 // meanwhile). It first reconciles every online user's memberships with the store, so a join or a
 // removal announced during the gap takes effect here too; then it delivers, per live
 // conversation, the messages after the highest seq delivered here, up to SyncLimit (clients fill
-// anything beyond from history).
+// anything beyond from history). The DM block states cached here are forgotten, to be read again.
 func (s *Service) Resync(ctx context.Context) {
+	s.forgetAllBlocks() // block events may have been missed too
 	s.reconcileMemberships(ctx)
 	for id, seq := range s.engine.Conversations() {
 		msgs, err := s.store.MessageRange(ctx, id, seq+1, seq+int64(s.cfg.SyncLimit))

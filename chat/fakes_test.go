@@ -38,6 +38,10 @@ type fakeStore struct {
 	msgs    map[string][]storage.Message // by conversation; msgs[c][i] has seq i+1
 	cursors map[cursorKey]storage.Cursor
 	users   map[string]storage.User
+	blocks  map[blockKey]time.Time // blocker|blocked -> when
+	// blockLookups counts the block checks asked of the store (Blocked and BlockedWith), so a
+	// test can prove a send reads the cache.
+	blockLookups int
 
 	// beforeRange, when set, runs at the start of every MessageRange, outside the lock, so a test
 	// can make something happen while the service replays or pages.
@@ -45,6 +49,9 @@ type fakeStore struct {
 	// afterConversationsOf, when set, runs after ConversationsOf has read, outside the lock, so
 	// a test can make something happen between a connecting user's read and what follows.
 	afterConversationsOf func(userID string)
+	// afterBlocked, when set, runs after Blocked has read and before it answers, outside the
+	// lock, so a test can block or unblock while a send waits for the store.
+	afterBlocked func(a, b string)
 }
 
 var _ Store = (*fakeStore)(nil)
@@ -55,6 +62,7 @@ func newFakeStore() *fakeStore {
 		msgs:    make(map[string][]storage.Message),
 		cursors: make(map[cursorKey]storage.Cursor),
 		users:   make(map[string]storage.User),
+		blocks:  make(map[blockKey]time.Time),
 	}
 }
 
@@ -320,7 +328,82 @@ func (f *fakeStore) DeleteAccount(_ context.Context, userID string) (storage.Del
 		}
 	}
 	delete(f.users, userID)
+	for k := range f.blocks {
+		if k.blocker == userID || k.blocked == userID {
+			delete(f.blocks, k)
+		}
+	}
 	return out, nil
+}
+
+// blockKey is one user blocking another.
+type blockKey struct{ blocker, blocked string }
+
+func (f *fakeStore) Block(_ context.Context, blocker, blocked string, at time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := blockKey{blocker, blocked}
+	if _, ok := f.blocks[k]; !ok {
+		f.blocks[k] = at
+	}
+	return nil
+}
+
+func (f *fakeStore) Unblock(_ context.Context, blocker, blocked string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.blocks, blockKey{blocker, blocked})
+	return nil
+}
+
+func (f *fakeStore) BlocksOf(_ context.Context, blocker string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for k := range f.blocks {
+		if k.blocker == blocker {
+			out = append(out, k.blocked)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (f *fakeStore) blockedLocked(a, b string) bool {
+	_, ab := f.blocks[blockKey{a, b}]
+	_, ba := f.blocks[blockKey{b, a}]
+	return ab || ba
+}
+
+func (f *fakeStore) Blocked(_ context.Context, a, b string) (bool, error) {
+	f.mu.Lock()
+	f.blockLookups++
+	blocked := f.blockedLocked(a, b)
+	after := f.afterBlocked
+	f.mu.Unlock()
+	if after != nil {
+		after(a, b)
+	}
+	return blocked, nil
+}
+
+func (f *fakeStore) BlockedWith(_ context.Context, userID string, others []string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.blockLookups++
+	var out []string
+	for _, o := range others {
+		if o != userID && f.blockedLocked(userID, o) && !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) lookups() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.blockLookups
 }
 
 // appendMessage is the sequencer's part: check membership, give the next seq, store the message

@@ -43,7 +43,8 @@ func (s *Service) announce(ctx context.Context, convID, actor, body string) (pro
 	return m, nil
 }
 
-// AddMembers adds users to a group userID is in; any member may add.
+// AddMembers adds users to a group userID is in; any member may add, but not a user with a block
+// between them and the adder.
 func (s *Service) AddMembers(ctx context.Context, userID, convID string, members []string) error {
 	c, err := s.group(ctx, userID, convID)
 	if err != nil {
@@ -64,6 +65,9 @@ func (s *Service) AddMembers(ctx context.Context, userID, convID string, members
 	}
 	if len(missing) > 0 {
 		return refuse(ErrNotFound, "no such user: %s", missing[0])
+	}
+	if err := s.checkAdd(ctx, userID, added); err != nil {
+		return err
 	}
 	if err := s.store.AddMembers(ctx, c.ID, added); err != nil {
 		return fmt.Errorf("add members to %s: %w", c.ID, err)

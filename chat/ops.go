@@ -35,10 +35,17 @@ type SendRequest struct {
 }
 
 // Send sequences and persists a message of userID and returns it with its seq, once stored. The
-// sender's read position moves to it.
+// sender's read position moves to it. A DM with a block between its members refuses it (see
+// blocks.go).
 func (s *Service) Send(ctx context.Context, userID string, req SendRequest) (protocol.Message, error) {
-	if _, err := s.positionOf(userID, req.ConversationID); err != nil {
+	p, err := s.positionOf(userID, req.ConversationID)
+	if err != nil {
 		return protocol.Message{}, err
+	}
+	if p.kind == storage.KindDM {
+		if err := s.checkDMSend(ctx, userID, req.ConversationID); err != nil {
+			return protocol.Message{}, err
+		}
 	}
 	m, err := s.seq.Send(ctx, sequencer.SendRequest{
 		ConversationID: req.ConversationID,
@@ -73,10 +80,13 @@ func (s *Service) hidesReceipts(userID string) bool {
 	return u.hideReceipts
 }
 
-// OpenDM opens (or finds) the one DM of userID and peer.
+// OpenDM opens (or finds) the one DM of userID and peer, unless a block stands between them.
 func (s *Service) OpenDM(ctx context.Context, userID, peer string) (protocol.Conversation, error) {
 	if peer == userID {
 		return protocol.Conversation{}, refuse(ErrInvalid, "a DM needs another user")
+	}
+	if err := s.checkDMOpen(ctx, userID, peer); err != nil {
+		return protocol.Conversation{}, err
 	}
 	members := []string{userID, peer}
 	slices.Sort(members)
@@ -85,11 +95,14 @@ func (s *Service) OpenDM(ctx context.Context, userID, peer string) (protocol.Con
 	})
 }
 
-// CreateGroup creates a group of userID and members.
+// CreateGroup creates a group of userID and members, none of whom has a block with userID.
 func (s *Service) CreateGroup(ctx context.Context, userID, name string, members []string) (protocol.Conversation, error) {
 	all := append([]string{userID}, members...)
 	slices.Sort(all)
 	all = slices.Compact(all)
+	if err := s.checkAdd(ctx, userID, all); err != nil {
+		return protocol.Conversation{}, err
+	}
 	return s.createConversation(ctx, userID, storage.Conversation{
 		ID: uuid.NewString(), Kind: storage.KindGroup, Name: name, Members: all, CreatedBy: userID, CreatedAt: now(),
 	})

@@ -69,6 +69,11 @@ type Store interface {
 	DeleteMessage(ctx context.Context, conversationID string, seq int64, senderID string) error
 	HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error
 	DeleteAccount(ctx context.Context, userID string) (storage.DeletedAccount, error)
+	Block(ctx context.Context, blocker, blocked string, at time.Time) error
+	Unblock(ctx context.Context, blocker, blocked string) error
+	BlocksOf(ctx context.Context, blocker string) ([]string, error)
+	Blocked(ctx context.Context, a, b string) (bool, error)
+	BlockedWith(ctx context.Context, userID string, others []string) ([]string, error)
 }
 
 // Sender sequences and persists a message; the sequencer implements it.
@@ -137,6 +142,9 @@ type onlineUser struct {
 	// left remembers, while the state is loading, the conversations the user left meanwhile, so
 	// the load does not bring them back; nil once loaded.
 	left map[string]bool
+	// blockGen counts the forgetting of the user's cached DM block states (see blocks.go), so a
+	// store read that raced with a block or unblock does not cache what it read.
+	blockGen uint64
 }
 
 // position is one member's place in one conversation. The conversation's last seq is the highest
@@ -148,6 +156,9 @@ type position struct {
 	loadedSeq int64
 	readSeq   int64
 	hiddenSeq int64 // the user deleted the conversation for themselves at this seq
+	// peer is the other member of a DM; block caches whether a block stands between them.
+	peer  string
+	block blockState
 }
 
 // New returns a service. Register it as the bus's handler and give it the engine it delivers
@@ -254,7 +265,7 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 		}
 		cur := cursors[conv.ID]
 		u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
-			readSeq: min(cur.ReadSeq, conv.LastSeq), hiddenSeq: cur.HiddenSeq}
+			readSeq: min(cur.ReadSeq, conv.LastSeq), hiddenSeq: cur.HiddenSeq, peer: dmPeer(conv.Kind, conv.Members, uid)}
 		s.engine.Join(uid, conv.ID, conv.LastSeq)
 	}
 	u.left = nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chatd/chatd/client"
 	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/testenv"
 )
 
 // Client behaviour, each setting with its reason.
@@ -266,13 +267,13 @@ func (tr *traffic) progress() (int, error) {
 // waitAcked waits until at least n sends are acknowledged.
 func (tr *traffic) waitAcked(t testing.TB, n int, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("%d sends acknowledged", n), func() error {
+	testenv.CheckFor(t, timeout, pollInterval, func() error {
 		got, err := tr.progress()
 		if err != nil {
-			t.Fatalf("a sender stopped: %v", err)
+			return fmt.Errorf("%w: a sender stopped: %v", testenv.ErrGiveUp, err)
 		}
 		if got < n {
-			return fmt.Errorf("%d acknowledged", got)
+			return fmt.Errorf("%d of %d sends acknowledged", got, n)
 		}
 		return nil
 	})

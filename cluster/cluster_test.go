@@ -9,6 +9,7 @@ import (
 
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/testenv"
 )
 
 // failoverBound is how soon after a crash sends must succeed again. A dead node's partition
@@ -64,11 +65,11 @@ func TestSendsAcrossNodesAreGaplessAndDeliveredOnce(t *testing.T) {
 		checkStored(t, ctx, store, conv, want[g])
 	}
 
-	eventually(t, time.Minute, "every member has every message of its group", func() error {
+	testenv.CheckFor(t, time.Minute, pollInterval, func() error {
 		for i, m := range members {
 			conv := convs[i/perGroup]
 			if got := m.current().count(conv); got < perGroup*perMember {
-				return fmt.Errorf("%s has %d of %d", m.name, got, perGroup*perMember)
+				return fmt.Errorf("%s has %d of the %d messages of its group", m.name, got, perGroup*perMember)
 			}
 		}
 		return nil
@@ -88,7 +89,7 @@ func TestSendsAcrossNodesAreGaplessAndDeliveredOnce(t *testing.T) {
 		m.close()
 	}
 	var sessions map[string]int
-	eventually(t, 10*time.Second, "nginx logged every WebSocket session", func() error {
+	testenv.CheckFor(t, 10*time.Second, pollInterval, func() error {
 		var err error
 		if sessions, err = c.wsSessions(); err != nil {
 			return err
@@ -98,7 +99,7 @@ func TestSendsAcrossNodesAreGaplessAndDeliveredOnce(t *testing.T) {
 			n += k
 		}
 		if n < len(members) {
-			return fmt.Errorf("%d of %d logged", n, len(members))
+			return fmt.Errorf("nginx logged %d of %d WebSocket sessions", n, len(members))
 		}
 		return nil
 	})
@@ -161,7 +162,7 @@ func TestNATSServerLossIsSurvived(t *testing.T) {
 				return fmt.Sprintf("SIGKILLed %s, the %s (owner %s)", s.name, victim.name, owner.id)
 			})
 			for _, n := range c.nodes {
-				eventually(t, failoverBound, n.id+" ready, on a live NATS server", n.ready)
+				testenv.CheckFor(t, failoverBound, pollInterval, n.ready) // on a live NATS server
 			}
 		})
 	}
@@ -191,9 +192,9 @@ func runCrash(t *testing.T, c *cluster, crash func(owner *chatNode) string) (sta
 	what := crash(owner)
 	t.Logf("%s of partition %d, after %d acks", what, p, acked)
 
-	eventually(t, failoverBound, "a send begun after the crash acknowledged", func() error {
+	testenv.CheckFor(t, failoverBound, pollInterval, func() error {
 		if _, ok := tr.firstAckStartedAfter(crashed); !ok {
-			return errors.New("none yet")
+			return errors.New("no send begun after the crash acknowledged")
 		}
 		return nil
 	})
@@ -240,10 +241,10 @@ func (c *cluster) createGroup(ctx context.Context, name string, members []*membe
 	if err != nil {
 		c.t.Fatalf("create group %s: %v", name, err)
 	}
-	eventually(c.t, 10*time.Second, "every member told of group "+name, func() error {
+	testenv.CheckFor(c.t, 10*time.Second, pollInterval, func() error {
 		for _, m := range members[1:] {
 			if !m.current().knows(conv.ID) {
-				return fmt.Errorf("%s not yet", m.name)
+				return fmt.Errorf("%s not told of group %s", m.name, name)
 			}
 		}
 		return nil

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,7 +32,8 @@ const (
 	// stopTimeout is how long a process gets after SIGTERM before SIGKILL; a chat node's graceful
 	// stop has stages of up to 10 s each.
 	stopTimeout = 30 * time.Second
-	// pollInterval is how often conditions are polled; short against every bound waited for.
+	// pollInterval is how often conditions are polled (testenv.CheckFor); short against every
+	// bound waited for.
 	pollInterval = 50 * time.Millisecond
 )
 
@@ -53,9 +53,6 @@ func nginxBinary(t testing.TB) string {
 	t.Fatal("nginx is not installed: the multi-node tests run behind a real nginx (scripts/test installs it; apt-get install nginx)")
 	return ""
 }
-
-// errExited marks a check that can never pass because its process is gone.
-var errExited = errors.New("process exited")
 
 // process is a child process of the test, its output in a log file in the test's directory.
 type process struct {
@@ -112,11 +109,12 @@ func childEnv() []string {
 	return env
 }
 
-// alive reports errExited (with the process's log) if the process has exited.
+// alive returns an error if the process has exited, with the end of its log. The error wraps
+// testenv.ErrGiveUp: a wait for a condition of a process that is gone ends at once.
 func (p *process) alive() error {
 	select {
 	case <-p.exited:
-		return fmt.Errorf("%s: %w (%v); end of its log:\n%s", p.name, errExited, p.err, tail(p.log, 15))
+		return fmt.Errorf("%s exited (%v), %w; end of its log:\n%s", p.name, p.err, testenv.ErrGiveUp, tail(p.log, 15))
 	default:
 		return nil
 	}
@@ -157,28 +155,10 @@ func tail(path string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// eventually polls check until it returns nil and fails the test with the last error after
-// timeout, or at once when a process it depends on has exited.
-func eventually(t testing.TB, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		switch {
-		case err == nil:
-			return
-		case errors.Is(err, errExited):
-			t.Fatalf("%s: %v", what, err)
-		case time.Now().After(deadline):
-			t.Fatalf("%s: still not so after %s: %v", what, timeout, err)
-		}
-		time.Sleep(pollInterval)
-	}
-}
-
 // probeClient asks health and debug endpoints; a server that does not answer in two seconds is
-// treated as down.
-var probeClient = &http.Client{Timeout: 2 * time.Second}
+// treated as down. It keeps no connection open between probes, so none outlives the tests (see
+// TestMain).
+var probeClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // getOK GETs url and returns the body of a 200 answer.
 func getOK(url string) ([]byte, error) {
@@ -212,8 +192,10 @@ func (s *natsServer) healthy() error {
 	if err := s.alive(); err != nil {
 		return err
 	}
-	_, err := getOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", s.monitorPort))
-	return err
+	if _, err := getOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", s.monitorPort)); err != nil {
+		return fmt.Errorf("%s not healthy: %w", s.name, err)
+	}
+	return nil
 }
 
 // clientNames lists the names of the clients connected to this server ("chatd chat-1", ...).
@@ -250,8 +232,10 @@ func (n *chatNode) ready() error {
 	if err := n.alive(); err != nil {
 		return err
 	}
-	_, err := getOK(n.url() + "/readyz")
-	return err
+	if _, err := getOK(n.url() + "/readyz"); err != nil {
+		return fmt.Errorf("%s not ready: %w", n.id, err)
+	}
+	return nil
 }
 
 // owned asks the node which partitions it owns right now.
@@ -298,11 +282,11 @@ func startCluster(t *testing.T) *cluster {
 	c.startNATS()
 	c.store = testenv.StoreConfig(t)
 	for _, s := range c.nats {
-		eventually(t, startTimeout, "NATS cluster healthy", s.healthy)
+		testenv.CheckFor(t, startTimeout, pollInterval, s.healthy)
 	}
 	c.startNodes()
 	for _, n := range c.nodes {
-		eventually(t, startTimeout, n.id+" ready", n.ready)
+		testenv.CheckFor(t, startTimeout, pollInterval, n.ready)
 	}
 	c.owners(startTimeout)
 	c.startLB()
@@ -408,7 +392,9 @@ func (c *cluster) live() []*chatNode {
 func (c *cluster) owners(timeout time.Duration) map[int]*chatNode {
 	c.t.Helper()
 	var owner map[int]*chatNode
-	eventually(c.t, timeout, "every partition owned by exactly one node, every node owning some", func() error {
+	// Each error says which of "every partition owned by exactly one node, every node owning
+	// some" does not hold yet.
+	testenv.CheckFor(c.t, timeout, pollInterval, func() error {
 		owner = make(map[int]*chatNode)
 		for _, n := range c.live() {
 			owned, err := n.owned()
@@ -458,12 +444,14 @@ func (c *cluster) startLB() {
 	})
 	c.lb = startProcess(c.t, c.dir, "nginx", nil, bin, "-p", runDir, "-c", "nginx.conf", "-e", "stderr")
 	c.lbURL = fmt.Sprintf("http://127.0.0.1:%d", port)
-	eventually(c.t, startTimeout, "nginx answering", func() error {
+	testenv.CheckFor(c.t, startTimeout, pollInterval, func() error {
 		if err := c.lb.alive(); err != nil {
 			return err
 		}
-		_, err := getOK(c.lbURL + "/lb/healthz")
-		return err
+		if _, err := getOK(c.lbURL + "/lb/healthz"); err != nil {
+			return fmt.Errorf("nginx not answering: %w", err)
+		}
+		return nil
 	})
 }
 

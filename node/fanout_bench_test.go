@@ -179,12 +179,12 @@ func startFanout(b *testing.B) *fanout {
 		b.Fatalf("open dm: %v", err)
 	}
 	f.dmID = dm.ID
-	for deadline := time.Now().Add(2 * time.Minute); f.joined.Load() < fanMembers || !f.dmJoined.Load(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d receivers were told of the group in two minutes (DM receiver told: %v)",
-				f.joined.Load(), fanMembers, f.dmJoined.Load())
+	testenv.CheckFor(b, 2*time.Minute, 50*time.Millisecond, func() error {
+		if joined, dm := f.joined.Load(), f.dmJoined.Load(); joined < fanMembers || !dm {
+			return fmt.Errorf("%d of %d receivers were told of the group (DM receiver told: %v)", joined, fanMembers, dm)
 		}
-	}
+		return nil
+	})
 
 	// The first send of each conversation loads it into its partition owner; time the steady state.
 	if _, err := f.sendToGroup("warm-up"); err != nil {
@@ -462,11 +462,12 @@ func benchBareCPU(b *testing.B, frame []byte) float64 {
 		b.Fatalf("connect bare receivers: %v", err)
 	}
 	defer recv.close()
-	for deadline := time.Now().Add(time.Minute); srv.count() < fanMembers; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("the bare server has %d of %d connections after a minute", srv.count(), fanMembers)
+	testenv.CheckFor(b, time.Minute, 10*time.Millisecond, func() error {
+		if got := srv.count(); got < fanMembers {
+			return fmt.Errorf("the bare server has %d of %d connections", got, fanMembers)
 		}
-	}
+		return nil
+	})
 	srv.broadcast(frame) // warm up like the chatd side
 	if _, _, err := all.wait(); err != nil {
 		b.Fatalf("bare warm-up: %v", err)

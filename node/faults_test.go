@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -103,6 +101,13 @@ func (s *sender) counts() (acked, refused int) {
 	return len(s.acked), len(s.refused)
 }
 
+// stopped returns the error that made the sender stop, if one did.
+func (s *sender) stopped() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fatalErr
+}
+
 // checkOutage fails unless every refused attempt failed within the send timeout, plus slack for
 // a loaded machine.
 func (s *sender) checkOutage(t *testing.T) {
@@ -166,27 +171,33 @@ func waitForAcks(t *testing.T, what string, more int, senders ...*sender) {
 	for i, s := range senders {
 		base[i], _ = s.counts()
 	}
-	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		for i, s := range senders {
+			if err := s.stopped(); err != nil {
+				return fmt.Errorf("%w: %s: %v", testenv.ErrGiveUp, what, err)
+			}
 			if a, _ := s.counts(); a < base[i]+more {
-				return false
+				return fmt.Errorf("%s: %s has %d acks, want %d", what, s.name, a, base[i]+more)
 			}
 		}
-		return true
-	}, what)
+		return nil
+	})
 }
 
 // waitForRefusals waits until every sender has had n sends refused.
 func waitForRefusals(t *testing.T, what string, n int, senders ...*sender) {
 	t.Helper()
-	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+	testenv.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		for _, s := range senders {
+			if err := s.stopped(); err != nil {
+				return fmt.Errorf("%w: %s: %v", testenv.ErrGiveUp, what, err)
+			}
 			if _, r := s.counts(); r < n {
-				return false
+				return fmt.Errorf("%s: %s has had %d sends refused, want %d", what, s.name, r, n)
 			}
 		}
-		return true
-	}, what)
+		return nil
+	})
 }
 
 // runSenders starts alice and bob sending into their DM and returns a function that stops them
@@ -255,9 +266,9 @@ func TestFaultStoreOutage(t *testing.T) {
 // partition does, and restores it: the node reconnects, resubscribes and delivers again.
 func TestFaultNATSConnectionLost(t *testing.T) {
 	storeCfg := testenv.StoreConfig(t)
-	cut := startTCPCut(t, strings.TrimPrefix(testenv.NATS(t), "nats://"))
-	env := testenv.Env{NATSURL: "nats://" + cut.addr(), MongoURI: storeCfg.URI, Database: storeCfg.Database}
-	checkNATSOutage(t, env, func() { cut.setDown(true) }, func() { cut.setDown(false) })
+	cut := testenv.StartFaultProxy(t, strings.TrimPrefix(testenv.NATS(t), "nats://"))
+	env := testenv.Env{NATSURL: "nats://" + cut.Addr(), MongoURI: storeCfg.URI, Database: storeCfg.Database}
+	checkNATSOutage(t, env, func() { cut.SetDown(true) }, func() { cut.SetDown(false) })
 }
 
 // TestFaultNATSServerRestart stops the NATS server itself and starts it again on the same port
@@ -299,103 +310,6 @@ func checkNATSOutage(t *testing.T, env testenv.Env, down, up func()) {
 	checkAckedEqualsStored(t, bob, dm.ID, a)
 	total, _ := a.counts()
 	checkDelivered(t, bob, dm.ID, total)
-}
-
-// tcpCut is a TCP proxy that can drop every connection through it and refuse new ones, while the
-// server behind it keeps running with all its state.
-type tcpCut struct {
-	l        net.Listener
-	upstream string
-	wg       sync.WaitGroup
-
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{}
-}
-
-func startTCPCut(t *testing.T, upstream string) *tcpCut {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpCut{l: l, upstream: upstream, conns: make(map[net.Conn]struct{})}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() {
-		_ = l.Close()
-		p.setDown(true)
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *tcpCut) addr() string { return p.l.Addr().String() }
-
-func (p *tcpCut) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return // closed at cleanup
-		}
-		if !p.track(c) {
-			continue
-		}
-		p.wg.Add(1)
-		go p.pipe(c)
-	}
-}
-
-// track remembers c so setDown can cut it; while down it closes c instead and returns false.
-func (p *tcpCut) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.down {
-		_ = c.Close()
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *tcpCut) pipe(c net.Conn) {
-	defer p.wg.Done()
-	u, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
-	if err != nil || !p.track(u) {
-		_ = c.Close()
-		if u != nil {
-			_ = u.Close()
-		}
-		return
-	}
-	done := make(chan struct{}, 2)
-	forward := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src) // ends when either side is closed
-		done <- struct{}{}
-	}
-	go forward(u, c)
-	go forward(c, u)
-	<-done
-	_ = c.Close()
-	_ = u.Close()
-	<-done
-	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, u)
-	p.mu.Unlock()
-}
-
-// setDown cuts every connection and refuses new ones (true), or accepts again (false).
-func (p *tcpCut) setDown(down bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = down
-	if down {
-		for c := range p.conns {
-			_ = c.Close()
-		}
-	}
 }
 
 // TestFaultGapFilledFromStore simulates an owner that stored a message and died before publishing

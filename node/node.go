@@ -57,6 +57,12 @@ type Config struct {
 	// JWTSecret verifies tokens; when DevMode is set the node also issues them.
 	JWTSecret []byte
 	DevMode   bool
+	// JWTIssuer and JWTAudience, if set, must be a token's iss and one of its aud; JWTMaxLifetime
+	// bounds a token's lifetime (0 means auth.DefaultMaxLifetime). See auth.Config.
+	JWTIssuer, JWTAudience string
+	JWTMaxLifetime         time.Duration
+	// AdminSecret turns on the admin API under /admin/ (at least 32 bytes); empty means off.
+	AdminSecret []byte
 	// ReadWindow is how long read-cursor moves are coalesced before they are written.
 	ReadWindow time.Duration
 	// AllowedOrigins are extra page origins allowed to open WebSockets.
@@ -80,6 +86,11 @@ func (c Config) Validate() error {
 		return errors.New("node: a NATS URL is required")
 	case len(c.JWTSecret) < 32:
 		return errors.New("node: the JWT secret must be at least 32 bytes")
+	case len(c.AdminSecret) > 0 && len(c.AdminSecret) < auth.MinSecretBytes:
+		return fmt.Errorf("node: the admin secret must be at least %d bytes", auth.MinSecretBytes)
+	}
+	if err := c.authConfig().Validate(); err != nil {
+		return err
 	}
 	if err := c.Sequencer.Validate(); err != nil {
 		return err
@@ -91,6 +102,17 @@ func (c Config) Validate() error {
 		return err
 	}
 	return c.Session.Validate()
+}
+
+// authConfig is the token configuration of the node.
+func (c Config) authConfig() auth.Config {
+	a := auth.DefaultConfig()
+	a.Secret, a.DevMode, a.Issuer, a.Audience = c.JWTSecret, c.DevMode, c.JWTIssuer, c.JWTAudience
+	if c.JWTMaxLifetime != 0 {
+		a.MaxLifetime = c.JWTMaxLifetime
+		a.TokenTTL = min(a.TokenTTL, a.MaxLifetime)
+	}
+	return a
 }
 
 // Node is a running chat node.
@@ -186,7 +208,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	}
 	n.bus.SetHandler(n.chat)
 	go n.resyncOnReconnect()
-	authenticator, err := auth.New(cfg.JWTSecret, cfg.DevMode)
+	authenticator, err := auth.New(cfg.authConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -196,6 +218,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		SendTimeout:    cfg.Chat.SendTimeout,
 		OpTimeout:      cfg.Chat.OpTimeout,
 		Ready:          n.ready,
+		AdminSecret:    cfg.AdminSecret,
 		NodeID:         cfg.NodeID,
 		Owned:          n.seq.Owned,
 	}, authenticator, n.chat, n.store, log)
@@ -231,11 +254,16 @@ func (n *Node) resyncOnReconnect() {
 // Addr is the address the node listens on.
 func (n *Node) Addr() string { return n.listener.Addr().String() }
 
+// ready names the dependency that does not answer in words fit for /readyz; the details are
+// for the log only.
 func (n *Node) ready(ctx context.Context) error {
 	if !n.nc.IsConnected() {
-		return errors.New("nats not connected")
+		return server.NotReady("NATS not connected", errors.New(n.nc.Status().String()))
 	}
-	return n.store.Ping(ctx)
+	if err := n.store.Ping(ctx); err != nil {
+		return server.NotReady("store not reachable", err)
+	}
+	return nil
 }
 
 // Shutdown stops the node gracefully: no new connections, sessions closed with going-away,

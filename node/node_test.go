@@ -162,13 +162,20 @@ func TestConcurrentSendersGetGaplessSeqs(t *testing.T) {
 			}
 		}()
 	}
+	// Each member's pushes are read on a goroutine of its own, which reports to this one: only
+	// the test's goroutine may fail the test.
 	delivered := make([][]protocol.ServerFrame, senders)
+	readErrs := make(chan error, senders)
 	var readers sync.WaitGroup
 	for i, c := range conns {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			delivered[i] = testenv.Messages(t, c, group.ID, senders*perSender, 2*time.Minute)
+			msgs, err := testenv.ReadMessages(c, group.ID, senders*perSender, 2*time.Minute)
+			if err != nil {
+				readErrs <- fmt.Errorf("member %d: %w", i, err)
+			}
+			delivered[i] = msgs
 		}()
 	}
 	wg.Wait()
@@ -179,6 +186,10 @@ func TestConcurrentSendersGetGaplessSeqs(t *testing.T) {
 	close(acked)
 	assertGapless(t, "acked", collect(acked), senders*perSender)
 	readers.Wait()
+	close(readErrs)
+	for err := range readErrs {
+		t.Fatal(err)
+	}
 	for i, msgs := range delivered {
 		for k, m := range msgs {
 			if m.Seq != int64(k+1) {

@@ -47,20 +47,18 @@ func latestBadge(t *testing.T, c *client.Conn, convID string, unread int64) {
 // badge: the server's count is what the list says (clients derive theirs from the pushes).
 func unreadIs(t *testing.T, c *client.Conn, convID string, unread int64) {
 	t.Helper()
-	var last []protocol.Conversation
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		list, err := c.Request(ctxT(t, 10*time.Second), protocol.ClientFrame{Type: protocol.TypeListConversations})
 		if err != nil {
-			t.Fatalf("list conversations: %v", err)
+			return fmt.Errorf("%w: list conversations: %v", testenv.ErrGiveUp, err)
 		}
-		last = list.Conversations
 		for _, conv := range list.Conversations {
 			if conv.ID == convID && conv.Unread == unread {
-				return true
+				return nil
 			}
 		}
-		return false
-	}, fmt.Sprintf("unread %d in %s (last list: %+v)", unread, convID, last))
+		return fmt.Errorf("want unread %d in %s; the list says %+v", unread, convID, list.Conversations)
+	})
 }
 
 func TestCursorOnlyMovesForwardAcrossDevices(t *testing.T) {
@@ -142,10 +140,16 @@ func TestReadFramesAreCoalescedIntoFewWrites(t *testing.T) {
 	if err := bob.Close(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		cursors, err := store.CursorsOf(ctx, "bob")
-		return err == nil && len(cursors) == 1 && cursors[0].ReadSeq == 1000
-	}, "bob's stored cursor to reach 1000")
+		if err != nil {
+			return fmt.Errorf("bob's stored cursors: %w", err)
+		}
+		if len(cursors) != 1 || cursors[0].ReadSeq != 1000 {
+			return fmt.Errorf("bob's stored cursors are %+v; want one at 1000", cursors)
+		}
+		return nil
+	})
 	writes := len(rec.Commands("update", "readCursors"))
 	windows := int(elapsed/time.Second) + 2 // the windows the frames spanned, plus the flush on disconnect
 	t.Logf("1000 read frames in %s: %d cursor writes", elapsed.Round(time.Millisecond), writes)

@@ -182,22 +182,20 @@ func (in *rtInbox) summary(frames []protocol.ServerFrame) string {
 // arrived, when the socket closes first or timeout passes.
 func (in *rtInbox) waitFor(t *testing.T, timeout time.Duration, what string, cond func([]protocol.ServerFrame) bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		frames := in.snapshot()
-		if cond(frames) {
-			return
+	// The summary of what arrived is made once, on failure: inboxes grow to thousands of frames.
+	if err := testenv.Poll(timeout, rtPoll, func() error {
+		if cond(in.snapshot()) {
+			return nil
 		}
 		if reason := in.closed(); reason != "" {
-			if frames = in.snapshot(); cond(frames) {
-				return
+			if cond(in.snapshot()) {
+				return nil
 			}
-			t.Fatalf("%s: the socket was %s while waiting for %s; it had received %s", in.name, reason, what, in.summary(frames))
+			return fmt.Errorf("%w: the socket was %s while waiting for %s", testenv.ErrGiveUp, reason, what)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %s within %s; it had received %s", in.name, what, timeout, in.summary(frames))
-		}
-		time.Sleep(rtPoll)
+		return fmt.Errorf("no %s", what)
+	}); err != nil {
+		t.Fatalf("%s: %v; it had received %s", in.name, err, in.summary(in.snapshot()))
 	}
 }
 
@@ -424,22 +422,20 @@ func (s *rtSocket) summary(frames []rtFrame) string {
 // arrived, when the socket closes first or timeout passes.
 func (s *rtSocket) waitFor(t *testing.T, timeout time.Duration, what string, cond func([]rtFrame) bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		frames := s.snapshot()
-		if cond(frames) {
-			return
+	// The summary of what arrived is made once, on failure: sockets get to thousands of frames.
+	if err := testenv.Poll(timeout, rtPoll, func() error {
+		if cond(s.snapshot()) {
+			return nil
 		}
 		if reason := s.closed(); reason != "" {
-			if frames = s.snapshot(); cond(frames) {
-				return
+			if cond(s.snapshot()) {
+				return nil
 			}
-			t.Fatalf("%s: the socket was %s while waiting for %s; it had received %s", s.name, reason, what, s.summary(frames))
+			return fmt.Errorf("%w: the socket was %s while waiting for %s", testenv.ErrGiveUp, reason, what)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %s within %s; it had received %s", s.name, what, timeout, s.summary(frames))
-		}
-		time.Sleep(rtPoll)
+		return fmt.Errorf("no %s", what)
+	}); err != nil {
+		t.Fatalf("%s: %v; it had received %s", s.name, err, s.summary(s.snapshot()))
 	}
 }
 

@@ -137,7 +137,7 @@ func (f *ClientFrame) Validate() error {
 			return Errorf(CodeTooLarge, "body is longer than %d bytes", MaxBodyBytes)
 		}
 		return nonNegative("replyTo", f.ReplyTo)
-	case TypeOpenDM:
+	case TypeOpenDM, TypeBlockUser, TypeUnblockUser:
 		return requireID("userId", f.UserID)
 	case TypeCreateGroup:
 		if len(f.Name) > MaxNameBytes {
@@ -159,7 +159,7 @@ func (f *ClientFrame) Validate() error {
 		return requireID("userId", f.UserID)
 	case TypeLeave, TypeHideConversation, TypeTyping:
 		return requireID("conversationId", f.ConversationID)
-	case TypeListConversations, TypePing:
+	case TypeListConversations, TypePing, TypeListBlocks:
 		return nil
 	case TypeSync:
 		if len(f.Since) > MaxSince {

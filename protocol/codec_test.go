@@ -39,6 +39,9 @@ func TestDecodeAcceptsEveryFrameType(t *testing.T) {
 		`{"type":"leave","id":"r12","conversationId":"c1"}`,
 		`{"type":"set_privacy","id":"r13","hideReceipts":false}`,
 		`{"type":"ping","id":"r14"}`,
+		`{"type":"block_user","id":"r15","userId":"bob"}`,
+		`{"type":"unblock_user","id":"r16","userId":"bob"}`,
+		`{"type":"list_blocks","id":"r17"}`,
 		" \n\t{\"type\":\"list_conversations\"}\n", // surrounding whitespace is not an error
 		`{"type":"send","conversationId":"c1","clientMsgId":"` + testUUID + `","body":"` + strings.Repeat("x", protocol.MaxBodyBytes) + `"}`,
 	} {
@@ -144,6 +147,11 @@ func TestDecodeRefuses(t *testing.T) {
 		{"open_dm without user", `{"type":"open_dm","id":"d1"}`, invalid, "d1"},
 		{"remove_member without user", `{"type":"remove_member","id":"m1","conversationId":"c1"}`, invalid, "m1"},
 		{"typing without conversation", `{"type":"typing","id":"t1"}`, invalid, "t1"},
+		{"block_user without user", `{"type":"block_user","id":"b1"}`, invalid, "b1"},
+		{"block_user with an empty user", `{"type":"block_user","id":"b1","userId":""}`, invalid, "b1"},
+		{"unblock_user without user", `{"type":"unblock_user","id":"b2"}`, invalid, "b2"},
+		{"block_user user is a number", `{"type":"block_user","id":"b1","userId":7}`, invalid, "b1"},
+		{"block_user user is a list", `{"type":"block_user","id":"b1","userId":["bob"]}`, invalid, "b1"},
 		// Ids become NATS subject tokens: separators and wildcards are refused.
 		{"conversation with a dot", send(`"conversationId":"c1.msg","clientMsgId":"` + testUUID + `","body":"b"`), invalid, "s1"},
 		{"conversation wildcard", `{"type":"typing","id":"t1","conversationId":">"}`, invalid, "t1"},
@@ -152,6 +160,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"conversation too long", `{"type":"typing","id":"t1","conversationId":"` + strings.Repeat("c", protocol.MaxIDBytes+1) + `"}`, invalid, "t1"},
 		{"member wildcard", `{"type":"create_group","id":"g1","members":["bob","*"]}`, invalid, "g1"},
 		{"dm user wildcard", `{"type":"open_dm","id":"d1","userId":"chat.user.>"}`, invalid, "d1"},
+		{"blocked user wildcard", `{"type":"block_user","id":"b1","userId":"*"}`, invalid, "b1"},
+		{"unblocked user with a dot", `{"type":"unblock_user","id":"b2","userId":"bob.evt"}`, invalid, "b2"},
+		{"blocked user too long", `{"type":"block_user","id":"b1","userId":"` + strings.Repeat("u", protocol.MaxIDBytes+1) + `"}`, invalid, "b1"},
 		{"since key wildcard", `{"type":"sync","id":"y1","since":{">":0}}`, invalid, "y1"},
 		{"request id too long", `{"type":"list_conversations","id":"` + strings.Repeat("i", protocol.MaxIDBytes+1) + `"}`, invalid, ""},
 		{"request id too long and bad field", `{"type":"read","id":"` + strings.Repeat("i", protocol.MaxIDBytes+1) + `","seq":"x"}`, invalid, ""},

@@ -19,7 +19,8 @@ var clientTypes = map[string]bool{
 	protocol.TypeRead: true, protocol.TypeReceipts: true, protocol.TypeTyping: true,
 	protocol.TypeDeleteMessage: true, protocol.TypeHideConversation: true, protocol.TypeAddMembers: true,
 	protocol.TypeRemoveMember: true, protocol.TypeLeave: true, protocol.TypeSetPrivacy: true,
-	protocol.TypePing: true,
+	protocol.TypePing: true, protocol.TypeBlockUser: true, protocol.TypeUnblockUser: true,
+	protocol.TypeListBlocks: true,
 }
 
 // refusalCodes are the codes decoding may refuse a frame with; anything else (internal above
@@ -43,6 +44,8 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		`{"type":"sync","since":{"c1":4}}`,
 		`{"type":"create_group","members":["bob","carol"],"name":"x"}`,
 		`{"type":"set_privacy","hideReceipts":true}`,
+		`{"type":"block_user","id":"b1","userId":"bob"}`,
+		`{"type":"list_blocks"}`,
 		`{"type":"read","conversationId":"c1","seq":1e400}`,
 	} {
 		f.Add([]byte(seed))
@@ -95,7 +98,7 @@ func checkAccepted(t *testing.T, data []byte, f protocol.ClientFrame) {
 		if _, err := uuid.Parse(f.ClientMsgID); err != nil || f.Body == "" || len(f.Body) > protocol.MaxBodyBytes || f.ReplyTo < 0 {
 			t.Fatalf("accepted send: clientMsgId %q, body of %d bytes, replyTo %d", f.ClientMsgID, len(f.Body), f.ReplyTo)
 		}
-	case protocol.TypeOpenDM:
+	case protocol.TypeOpenDM, protocol.TypeBlockUser, protocol.TypeUnblockUser:
 		requireValidID(t, "userId", f.UserID)
 	case protocol.TypeRemoveMember:
 		requireValidID(t, "userId", f.UserID)
@@ -124,7 +127,7 @@ func checkAccepted(t *testing.T, data []byte, f protocol.ClientFrame) {
 	}
 	switch f.Type {
 	case protocol.TypeOpenDM, protocol.TypeCreateGroup, protocol.TypeListConversations, protocol.TypeSync, protocol.TypeSetPrivacy,
-		protocol.TypePing:
+		protocol.TypePing, protocol.TypeBlockUser, protocol.TypeUnblockUser, protocol.TypeListBlocks:
 	default:
 		requireValidID(t, "conversationId", f.ConversationID)
 	}

@@ -24,6 +24,9 @@ const (
 	TypeLeave             = "leave"
 	TypeSetPrivacy        = "set_privacy"
 	TypePing              = "ping"
+	TypeBlockUser         = "block_user"
+	TypeUnblockUser       = "unblock_user"
+	TypeListBlocks        = "list_blocks"
 )
 
 // Server frame types: what the server sends. Replies carry the request's id.
@@ -45,6 +48,7 @@ const (
 	TypeHidden        = "hidden"
 	TypeDeleted       = "deleted"
 	TypePong          = "pong"
+	TypeBlocks        = "blocks"
 )
 
 // Message kinds.
@@ -163,6 +167,9 @@ type ServerFrame struct {
 	// Receipt counts.
 	ReadBy  *int64   `json:"readBy,omitempty"`
 	Readers []Reader `json:"readers,omitempty"`
+
+	// UserIDs lists the users the caller blocks (blocks frames), sorted; omitted when none.
+	UserIDs []string `json:"userIds,omitempty"`
 
 	// Message pushes (type "message") are encoded from Message directly; see EncodeMessagePush.
 	Body      string     `json:"body,omitempty"`

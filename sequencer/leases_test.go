@@ -82,23 +82,28 @@ func (m *member) stop() {
 	m.leases = nil
 }
 
-// ownedExactlyOnce reports whether every partition has one owner among members, none more than fair.
-func ownedExactlyOnce(members []*member) bool {
-	owners := make(map[int]int)
-	for _, m := range members {
-		if len(m.seq.Owned()) > (testPartitions+len(members)-1)/len(members) {
-			return false
+// ownedExactlyOnce returns nil once every partition has one owner among members, none more than
+// fair, and otherwise what is not so yet.
+func ownedExactlyOnce(members []*member) func() error {
+	return func() error {
+		fair := (testPartitions + len(members) - 1) / len(members)
+		owners := make(map[int][]string)
+		for _, m := range members {
+			owned := m.seq.Owned()
+			if len(owned) > fair {
+				return fmt.Errorf("%s owns %d partitions %v, more than its fair %d", m.id, len(owned), owned, fair)
+			}
+			for _, p := range owned {
+				owners[p] = append(owners[p], m.id)
+			}
 		}
-		for _, p := range m.seq.Owned() {
-			owners[p]++
+		for p := range testPartitions {
+			if len(owners[p]) != 1 {
+				return fmt.Errorf("partition %d is owned by %v, want exactly one of the members", p, owners[p])
+			}
 		}
+		return nil
 	}
-	for p := range testPartitions {
-		if owners[p] != 1 {
-			return false
-		}
-	}
-	return true
 }
 
 // TestOwnershipMovesWithoutGapsOrDuplicates sends continuously from every node while a node
@@ -121,8 +126,7 @@ func TestOwnershipMovesWithoutGapsOrDuplicates(t *testing.T) {
 		startMember(t, "b", cluster[1].ClientURL(), store),
 		startMember(t, "c", cluster[2].ClientURL(), store),
 	}
-	testenv.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool { return ownedExactlyOnce(members) },
-		"every partition owned exactly once by three nodes")
+	testenv.CheckFor(t, 20*time.Second, 50*time.Millisecond, ownedExactlyOnce(members)) // by three nodes
 
 	// Senders on the two nodes that stay; each retries a send with the same clientMsgId until acked.
 	var mu sync.Mutex
@@ -158,12 +162,10 @@ func TestOwnershipMovesWithoutGapsOrDuplicates(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // let traffic flow before the ownership changes
 	members[2].stop()
-	testenv.Eventually(t, 10*time.Second, 50*time.Millisecond, func() bool { return ownedExactlyOnce(members[:2]) },
-		"the leaving node's partitions taken over")
+	testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, ownedExactlyOnce(members[:2])) // the leaver's taken over
 	joined := startMember(t, "d", cluster[2].ClientURL(), store)
 	live := []*member{members[0], members[1], joined}
-	testenv.Eventually(t, 10*time.Second, 50*time.Millisecond, func() bool { return ownedExactlyOnce(live) },
-		"partitions rebalanced onto the joining node")
+	testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, ownedExactlyOnce(live)) // rebalanced onto the joiner
 	time.Sleep(500 * time.Millisecond)
 	close(stopSending)
 	wg.Wait()

@@ -114,6 +114,13 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 		return ok, r.chat.DeleteMessage(ctx, uid, conv, f.Seq)
 	case protocol.TypeHideConversation:
 		return ok, r.chat.HideConversation(ctx, uid, conv)
+	case protocol.TypeBlockUser:
+		return ok, r.chat.Block(ctx, uid, f.UserID)
+	case protocol.TypeUnblockUser:
+		return ok, r.chat.Unblock(ctx, uid, f.UserID)
+	case protocol.TypeListBlocks:
+		ids, err := r.chat.Blocks(ctx, uid)
+		return &protocol.ServerFrame{Type: protocol.TypeBlocks, UserIDs: ids}, err
 	default:
 		return nil, protocol.Errorf(protocol.CodeUnknownType, "frame type %q is not supported", f.Type)
 	}

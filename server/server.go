@@ -30,10 +30,12 @@ import (
 // maxLoginBody bounds the JSON body of a sign-in or read request.
 const maxLoginBody = 4 << 10
 
-// Users is what sign-in needs from the store.
+// Users is what sign-in, the account checks and revocation need from the store.
 type Users interface {
 	EnsureUser(ctx context.Context, u storage.User) (storage.User, error)
 	User(ctx context.Context, id string) (storage.User, error)
+	ReviveUser(ctx context.Context, u storage.User) (storage.User, error)
+	RevokeTokens(ctx context.Context, userID string, at time.Time) (time.Time, error)
 }
 
 // Config tunes the HTTP surface.
@@ -46,8 +48,11 @@ type Config struct {
 	// SendTimeout and OpTimeout bound the work of one send frame and of any other frame; zero
 	// means chat.DefaultSendTimeout and chat.DefaultOpTimeout.
 	SendTimeout, OpTimeout time.Duration
-	// Ready, if set, is asked by /readyz whether the node's dependencies answer.
+	// Ready, if set, is asked by /readyz whether the node's dependencies answer. /readyz shows
+	// the reason of a NotReady error and logs the rest; any other error shows as "not ready".
 	Ready func(ctx context.Context) error
+	// AdminSecret protects the admin API under /admin/ (see admin.go); empty turns it off (404).
+	AdminSecret []byte
 	// NodeID and Owned describe the node on /debug/partitions.
 	NodeID string
 	Owned  func() []int
@@ -62,6 +67,9 @@ type Server struct {
 	limits *session.Limits
 	users  Users
 	log    zerolog.Logger
+	// seclog writes refusals, rate-limited per kind; accounts caches account checks briefly.
+	seclog   *securityLog
+	accounts *accountCache
 
 	sessions     sync.WaitGroup
 	sessionCtx   context.Context
@@ -80,9 +88,13 @@ func New(cfg Config, a *auth.Authenticator, service *chat.Service, users Users, 
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = chat.DefaultOpTimeout
 	}
+	if len(cfg.AdminSecret) > 0 && len(cfg.AdminSecret) < auth.MinSecretBytes {
+		return nil, fmt.Errorf("server: the admin secret must be at least %d bytes", auth.MinSecretBytes)
+	}
 	log = log.With().Str("component", "server").Logger()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, auth: a, chat: service, users: users, log: log,
+		seclog: newSecurityLog(log), accounts: newAccountCache(),
 		router: &router{chat: service, sendTimeout: cfg.SendTimeout, opTimeout: cfg.OpTimeout, log: log},
 		limits: session.NewLimits(cfg.Session), sessionCtx: ctx, stopSessions: cancel}, nil
 }
@@ -98,7 +110,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /debug/partitions", s.partitions)
-	mux.Handle("GET /", http.FileServerFS(web.Files()))
+	s.adminRoutes(mux)
+	mux.Handle("GET /", web.Handler())
 	return mux
 }
 
@@ -120,29 +133,18 @@ func (s *Server) CloseSessions(ctx context.Context) error {
 	}
 }
 
-// authed runs h for requests with a valid token and answers 401 to the others.
+// authed runs h for requests that pass the account check (see check): a valid token of an
+// account that exists and was not revoked since the token was issued. Every endpoint refuses the
+// same token the same way.
 func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, userID string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		userID, err := s.authenticate(r)
-		if err != nil {
-			writeError(w, http.StatusUnauthorized, "invalid or missing token")
+		userID, refused := s.check(r)
+		if refused != nil {
+			writeError(w, refused.status, refused.msg)
 			return
 		}
 		h(w, r, userID)
 	}
-}
-
-// authenticate returns the user of the request's bearer token (Authorization header, or the
-// token query parameter, which is all a browser WebSocket can send).
-func (s *Server) authenticate(r *http.Request) (string, error) {
-	token := r.URL.Query().Get("token")
-	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-		token = strings.TrimPrefix(h, "Bearer ")
-	}
-	if token == "" {
-		return "", fmt.Errorf("%w: no token", auth.ErrUnauthenticated)
-	}
-	return s.auth.Verify(token)
 }
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
@@ -150,19 +152,23 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "node is shutting down")
 		return
 	}
-	userID, err := s.authenticate(r)
-	if err != nil {
-		writeError(w, http.StatusUnauthorized, "invalid or missing token")
+	// The Origin first: a hostile page holding a stolen token gets nothing loaded (or, in
+	// production, created) before its 403.
+	if err := checkOrigin(r, s.cfg.AllowedOrigins); err != nil {
+		s.seclog.refused(eventOrigin, r, "", err.Error())
+		writeError(w, http.StatusForbidden, "origin not allowed")
 		return
 	}
-	if status, msg := s.admit(r.Context(), userID); status != http.StatusOK {
-		writeError(w, status, msg)
+	userID, refused := s.check(r)
+	if refused != nil {
+		writeError(w, refused.status, refused.msg)
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins})
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins,
+		Subprotocols: []string{subprotocol}})
 	if err != nil {
-		// Accept has already answered the request (403 for a foreign Origin, 400 for a bad upgrade).
-		s.log.Debug().Err(err).Str("origin", r.Header.Get("Origin")).Msg("refused websocket")
+		// Accept has already answered the request (400 for a bad upgrade).
+		s.seclog.refused(eventUpgrade, r, userID, err.Error())
 		return
 	}
 	s.sessions.Add(1)
@@ -171,28 +177,6 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	if err := sess.Serve(s.sessionCtx, s.router); err != nil {
 		s.log.Warn().Err(err).Str("user", userID).Msg("session ended")
 	}
-}
-
-// admit checks the account behind a valid token. Dev-mode accounts exist from sign-in on, so a
-// token of a deleted account is refused; in production the identity provider vouches for the
-// user, whose account is created on first connection.
-func (s *Server) admit(ctx context.Context, userID string) (int, string) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var err error
-	if s.auth.DevMode() {
-		_, err = s.users.User(ctx, userID)
-	} else {
-		_, err = s.users.EnsureUser(ctx, storage.User{ID: userID, Name: userID, CreatedAt: time.Now().UTC()})
-	}
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		return http.StatusUnauthorized, "no such account"
-	case err != nil:
-		s.log.Error().Err(err).Str("user", userID).Msg("load account")
-		return http.StatusServiceUnavailable, "could not load the account; try again"
-	}
-	return http.StatusOK, ""
 }
 
 type loginRequest struct {
@@ -223,13 +207,24 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	user, err := s.users.EnsureUser(ctx, storage.User{ID: id, Name: strings.TrimSpace(req.Name), CreatedAt: time.Now().UTC()})
+	fresh := storage.User{ID: id, Name: strings.TrimSpace(req.Name), CreatedAt: time.Now().UTC()}
+	user, err := s.users.EnsureUser(ctx, fresh)
+	if errors.Is(err, storage.ErrDeleted) {
+		// Dev mode lets anyone take any name, a deleted one too: a new account, under which
+		// the deleted account's tokens stay refused.
+		user, err = s.users.ReviveUser(ctx, fresh)
+		s.accounts.forget(id)
+	}
 	if err != nil {
 		s.log.Error().Err(err).Msg("sign in")
 		writeError(w, http.StatusServiceUnavailable, "could not sign in; try again")
 		return
 	}
-	token, err := s.auth.Issue(user.ID)
+	var validAfter time.Time
+	if user.TokensValidAfter != nil {
+		validAfter = *user.TokensValidAfter
+	}
+	token, err := s.auth.IssueAfter(user.ID, validAfter)
 	if err != nil {
 		s.log.Error().Err(err).Msg("issue token")
 		writeError(w, http.StatusInternalServerError, "could not issue a token")
@@ -288,7 +283,9 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, userID string) {
 func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request, userID string) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	if err := s.chat.DeleteAccount(ctx, userID); err != nil {
+	err := s.chat.DeleteAccount(ctx, userID)
+	s.accounts.forget(userID) // its tokens are refused here at once, elsewhere within accountCacheTTL
+	if err != nil {
 		s.log.Error().Err(err).Str("user", userID).Msg("delete account")
 		writeError(w, http.StatusServiceUnavailable, "could not finish deleting the account; try again (it is safe to repeat)")
 		return
@@ -305,12 +302,39 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
-			writeText(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+			// The reason in words for the prober; the error, which may name hosts, ports and
+			// driver internals, only in the log.
+			reason := "not ready"
+			var nr *NotReadyError
+			if errors.As(err, &nr) {
+				reason = "not ready: " + nr.Reason
+			}
+			s.seclog.refused(eventReady, r, "", err.Error())
+			writeText(w, http.StatusServiceUnavailable, reason)
 			return
 		}
 	}
 	writeText(w, http.StatusOK, "ready")
 }
+
+// NotReadyError says which dependency a node is waiting for, in words fit for a public answer
+// ("store not reachable"); Err holds the details, for the log.
+type NotReadyError struct {
+	Reason string
+	Err    error
+}
+
+// NotReady returns a NotReadyError.
+func NotReady(reason string, err error) error { return &NotReadyError{Reason: reason, Err: err} }
+
+func (e *NotReadyError) Error() string {
+	if e.Err == nil {
+		return e.Reason
+	}
+	return e.Reason + ": " + e.Err.Error()
+}
+
+func (e *NotReadyError) Unwrap() error { return e.Err }
 
 type partitionsResponse struct {
 	Node  string `json:"node"`

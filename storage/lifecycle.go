@@ -70,8 +70,8 @@ type DeletedAccount struct {
 
 // DeleteAccount removes a user: their DMs and the DMs' messages, their membership in groups
 // (where their messages become tombstones without a sender, so the others' sequence stays
-// gapless), their cursors and the account itself. Every step is idempotent, so a failed deletion
-// is finished by running it again.
+// gapless), their cursors, the blocks they made and those of them, and the account itself. Every
+// step is idempotent, so a failed deletion is finished by running it again.
 func (s *Store) DeleteAccount(ctx context.Context, userID string) (DeletedAccount, error) {
 	var out DeletedAccount
 	convs, err := s.ConversationsOf(ctx, userID)
@@ -110,8 +110,12 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (DeletedAccoun
 	if _, err := s.cursors.DeleteMany(ctx, bson.D{{Key: "userId", Value: userID}}); err != nil {
 		return out, fmt.Errorf("delete cursors of %s: %w", userID, err)
 	}
-	if _, err := s.users.DeleteOne(ctx, bson.D{{Key: "_id", Value: userID}}); err != nil {
-		return out, fmt.Errorf("delete user %s: %w", userID, err)
+	if err := s.deleteBlocksOf(ctx, userID); err != nil {
+		return out, err
+	}
+	// The account stays as a tombstone, so its tokens never create an empty account again.
+	if err := s.markUserDeleted(ctx, userID); err != nil {
+		return out, err
 	}
 	return out, nil
 }

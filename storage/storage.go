@@ -23,6 +23,7 @@ const (
 	conversationsCollection = "conversations"
 	cursorsCollection       = "readCursors"
 	usersCollection         = "users"
+	blocksCollection        = "blocks"
 )
 
 // DefaultOperationTimeout bounds one store round trip when the caller's context has no earlier
@@ -80,6 +81,7 @@ type Store struct {
 	conversations *mongo.Collection
 	cursors       *mongo.Collection
 	users         *mongo.Collection
+	blocks        *mongo.Collection
 }
 
 // Open connects, checks the connection and makes sure the indexes exist.
@@ -110,6 +112,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		conversations: db.Collection(conversationsCollection),
 		cursors:       db.Collection(cursorsCollection),
 		users:         db.Collection(usersCollection),
+		blocks:        db.Collection(blocksCollection),
 	}
 	if cfg.SkipIndexes {
 		return s, nil
@@ -152,6 +155,9 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		{s.cursors, "user_conversation", bson.D{{Key: "userId", Value: 1}, {Key: "conversationId", Value: 1}}, true},
 		// Receipts count the cursors of one conversation at or past a seq.
 		{s.cursors, "conversation_read_seq", bson.D{{Key: "conversationId", Value: 1}, {Key: "readSeq", Value: 1}}, false},
+		// A user's block list, and an account deletion's cleanup of blocks on either side.
+		{s.blocks, "blocker", bson.D{{Key: "blocker", Value: 1}}, false},
+		{s.blocks, "blocked", bson.D{{Key: "blocked", Value: 1}}, false},
 	}
 	for _, ix := range indexes {
 		model := mongo.IndexModel{Keys: ix.keys, Options: options.Index().SetName(ix.name).SetUnique(ix.unique)}

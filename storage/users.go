@@ -2,12 +2,18 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
+
+// ErrDeleted is returned for an account that was deleted: its document stays as a tombstone (no
+// name, no data), so a token of the deleted account never creates an empty account again.
+var ErrDeleted = errors.New("account deleted")
 
 // User is an account. HideReceipts keeps the user's read position out of other members' receipts.
 type User struct {
@@ -15,31 +21,122 @@ type User struct {
 	Name         string    `bson:"name"`
 	HideReceipts bool      `bson:"hideReceipts"`
 	CreatedAt    time.Time `bson:"createdAt"`
+	// TokensValidAfter, if set, refuses the user's tokens issued before it (a revocation).
+	TokensValidAfter *time.Time `bson:"tokensValidAfter,omitempty"`
+	// DeletedAt marks a tombstone: the account was deleted then.
+	DeletedAt *time.Time `bson:"deletedAt,omitempty"`
 }
 
-// EnsureUser creates the user unless it exists and returns the stored one.
+// notDeleted filters out tombstones.
+var notDeleted = bson.E{Key: "deletedAt", Value: bson.D{{Key: "$exists", Value: false}}}
+
+// EnsureUser creates the user unless it exists and returns the stored one; ErrDeleted for a
+// tombstone. Concurrent calls for one new user all succeed: the unique _id lets one insert win,
+// and the others read what it stored.
 func (s *Store) EnsureUser(ctx context.Context, u User) (User, error) {
+	u.DeletedAt, u.TokensValidAfter = nil, nil // never set by the one who creates it
 	var stored User
 	err := s.users.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: u.ID}},
 		bson.D{{Key: "$setOnInsert", Value: u}},
 		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
 	).Decode(&stored)
+	if mongo.IsDuplicateKeyError(err) {
+		// Two upserts of a new _id race: both miss, both insert, one gets E11000. The winner's
+		// document is there now.
+		stored, err = findByID[User](ctx, s.users, u.ID)
+	}
 	if err != nil {
 		return User{}, fmt.Errorf("ensure user %s: %w", u.ID, err)
+	}
+	if stored.DeletedAt != nil {
+		return stored, ErrDeleted
 	}
 	return stored, nil
 }
 
-// User returns one user, or ErrNotFound.
-func (s *Store) User(ctx context.Context, id string) (User, error) {
-	return findByID[User](ctx, s.users, id)
+// ReviveUser makes a new account of a deleted one's id (dev-mode sign-in with the same name).
+// The old account's tokens stay refused: the new account's tokens are valid only after the
+// deletion. It returns ErrNotFound unless the id is a tombstone.
+func (s *Store) ReviveUser(ctx context.Context, u User) (User, error) {
+	old, err := findByID[User](ctx, s.users, u.ID)
+	if err != nil {
+		return User{}, fmt.Errorf("revive user %s: %w", u.ID, err)
+	}
+	if old.DeletedAt == nil {
+		return User{}, fmt.Errorf("revive user %s: %w", u.ID, ErrNotFound)
+	}
+	u.DeletedAt, u.TokensValidAfter = nil, old.DeletedAt
+	if old.TokensValidAfter != nil && old.TokensValidAfter.After(*old.DeletedAt) {
+		u.TokensValidAfter = old.TokensValidAfter
+	}
+	res, err := s.users.ReplaceOne(ctx, bson.D{{Key: "_id", Value: u.ID}, {Key: "deletedAt", Value: bson.D{{Key: "$exists", Value: true}}}}, u)
+	if err != nil {
+		return User{}, fmt.Errorf("revive user %s: %w", u.ID, err)
+	}
+	if res.MatchedCount == 0 { // revived by a concurrent sign-in
+		return s.EnsureUser(ctx, u)
+	}
+	return u, nil
 }
 
-// MissingUsers returns those of ids that have no account.
+// markUserDeleted turns the account into a tombstone: name and settings gone, deletedAt set. Tokens
+// issued up to the end of this second are refused from now on, as after a revocation.
+func (s *Store) markUserDeleted(ctx context.Context, userID string) error {
+	at := ValidAfter(time.Now())
+	_, err := s.users.UpdateOne(ctx, bson.D{{Key: "_id", Value: userID}},
+		bson.D{
+			{Key: "$set", Value: bson.D{{Key: "deletedAt", Value: at}, {Key: "tokensValidAfter", Value: at},
+				{Key: "name", Value: ""}, {Key: "hideReceipts", Value: false}}},
+			{Key: "$setOnInsert", Value: bson.D{{Key: "createdAt", Value: at}}},
+		}, options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return fmt.Errorf("mark user %s deleted: %w", userID, err)
+	}
+	return nil
+}
+
+// ValidAfter is the "tokens valid after" time of a revocation at t. Tokens carry iat in whole
+// seconds, so a token issued in the same second as t, before it, has iat = t truncated: only the
+// next second refuses every token issued up to t (and those of the rest of that second).
+func ValidAfter(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Second).Add(time.Second)
+}
+
+// RevokeTokens refuses every token of the user issued before ValidAfter(at) and returns that
+// time. A user not seen yet gets an account (a production user's tokens may be revoked before
+// their first connection); a tombstone stays one.
+func (s *Store) RevokeTokens(ctx context.Context, userID string, at time.Time) (time.Time, error) {
+	after := ValidAfter(at)
+	_, err := s.users.UpdateOne(ctx, bson.D{{Key: "_id", Value: userID}},
+		bson.D{
+			{Key: "$set", Value: bson.D{{Key: "tokensValidAfter", Value: after}}},
+			{Key: "$setOnInsert", Value: bson.D{{Key: "name", Value: userID}, {Key: "hideReceipts", Value: false},
+				{Key: "createdAt", Value: at.UTC()}}},
+		}, options.UpdateOne().SetUpsert(true))
+	if mongo.IsDuplicateKeyError(err) { // a concurrent first connection created it: update that
+		_, err = s.users.UpdateOne(ctx, bson.D{{Key: "_id", Value: userID}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "tokensValidAfter", Value: after}}}})
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("revoke tokens of %s: %w", userID, err)
+	}
+	return after, nil
+}
+
+// User returns one user, or ErrNotFound (also for a deleted account).
+func (s *Store) User(ctx context.Context, id string) (User, error) {
+	u, err := findByID[User](ctx, s.users, id)
+	if err == nil && u.DeletedAt != nil {
+		return User{}, ErrNotFound
+	}
+	return u, err
+}
+
+// MissingUsers returns those of ids that have no account (deleted accounts included).
 func (s *Store) MissingUsers(ctx context.Context, ids []string) ([]string, error) {
 	cur, err := s.users.Find(ctx,
-		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, notDeleted},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("find %d users: %w", len(ids), err)

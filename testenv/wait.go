@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,55 +10,101 @@ import (
 	"github.com/chatd/chatd/protocol"
 )
 
-// Messages reads pushes from c until it has n message frames of conversation convID, skipping
-// every other push, and fails the test after timeout.
-func Messages(t testing.TB, c *client.Conn, convID string, n int, timeout time.Duration) []protocol.ServerFrame {
+// ErrGiveUp marks a check's error after which waiting longer is pointless (the process or socket
+// the condition depends on is gone): Poll and CheckFor stop at once with it instead of waiting
+// out their timeout. Wrap it: fmt.Errorf("%w: node exited", testenv.ErrGiveUp).
+var ErrGiveUp = errors.New("no point waiting")
+
+// Poll calls check every interval until it returns nil, and then returns nil. Once timeout has
+// passed it returns check's last error, which says why the condition does not hold yet; it returns
+// at once an error that wraps ErrGiveUp. Poll does not touch a testing.T, so any goroutine may
+// call it; see CheckFor for the test's own goroutine.
+func Poll(timeout, interval time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrGiveUp):
+			return err
+		case time.Now().After(deadline):
+			return fmt.Errorf("still not so after %s: %w", timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// CheckFor polls check like Poll and fails the test with check's last error if it does not return
+// nil within timeout, like nats-server's checkFor. Call it from the test's goroutine only.
+func CheckFor(t testing.TB, timeout, interval time.Duration, check func() error) {
 	t.Helper()
+	if err := Poll(timeout, interval, check); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ReadMessages reads pushes from c until it has n message frames of conversation convID,
+// skipping every other push. It returns the messages it got and an error saying how far it got
+// when the connection closes or timeout passes first. It does not touch a testing.T, so reader
+// goroutines call it and hand the error to the test's goroutine.
+func ReadMessages(c *client.Conn, convID string, n int, timeout time.Duration) ([]protocol.ServerFrame, error) {
 	var got []protocol.ServerFrame
-	deadline := time.After(timeout)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for len(got) < n {
 		select {
 		case f, ok := <-c.Pushes():
 			if !ok {
-				t.Fatalf("connection closed after %d of %d messages: %v", len(got), n, c.Err())
+				return got, fmt.Errorf("connection closed after %d of %d messages of %s: %v", len(got), n, convID, c.Err())
 			}
 			if f.Type == protocol.TypeMessage && f.ConversationID == convID {
 				got = append(got, f)
 			}
-		case <-deadline:
-			t.Fatalf("got %d of %d messages in %s", len(got), n, timeout)
+		case <-deadline.C:
+			return got, fmt.Errorf("got %d of %d messages of %s in %s", len(got), n, convID, timeout)
 		}
+	}
+	return got, nil
+}
+
+// Messages is ReadMessages that fails the test on error. Call it from the test's goroutine only;
+// other goroutines call ReadMessages.
+func Messages(t testing.TB, c *client.Conn, convID string, n int, timeout time.Duration) []protocol.ServerFrame {
+	t.Helper()
+	got, err := ReadMessages(c, convID, n, timeout)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return got
 }
 
-// Push reads pushes from c until one satisfies match, and fails the test after timeout.
-func Push(t testing.TB, c *client.Conn, timeout time.Duration, match func(protocol.ServerFrame) bool) protocol.ServerFrame {
-	t.Helper()
-	deadline := time.After(timeout)
+// ReadPush reads pushes from c until one satisfies match and returns it, or returns an error
+// when the connection closes or timeout passes first. Any goroutine may call it.
+func ReadPush(c *client.Conn, timeout time.Duration, match func(protocol.ServerFrame) bool) (protocol.ServerFrame, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
 		select {
 		case f, ok := <-c.Pushes():
 			if !ok {
-				t.Fatalf("connection closed while waiting for a push: %v", c.Err())
+				return protocol.ServerFrame{}, fmt.Errorf("connection closed while waiting for a push: %v", c.Err())
 			}
 			if match(f) {
-				return f
+				return f, nil
 			}
-		case <-deadline:
-			t.Fatalf("no matching push in %s", timeout)
+		case <-deadline.C:
+			return protocol.ServerFrame{}, fmt.Errorf("no matching push in %s", timeout)
 		}
 	}
 }
 
-// Eventually polls cond every interval until it is true, and fails the test after timeout.
-func Eventually(t testing.TB, timeout, interval time.Duration, cond func() bool, what string) {
+// Push is ReadPush that fails the test on error. Call it from the test's goroutine only.
+func Push(t testing.TB, c *client.Conn, timeout time.Duration, match func(protocol.ServerFrame) bool) protocol.ServerFrame {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(interval)
+	f, err := ReadPush(c, timeout, match)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return f
 }

@@ -330,20 +330,20 @@ func TestNetworkDrop(t *testing.T) {
 	// Two quick sends pass, a third is refused as retryable; the Retry at the end needs this.
 	cfg.Session.SendRate, cfg.Session.SendBurst = 1, 2
 	n := testenv.StartNode(t, cfg)
-	link := newFlakyNetwork(t, n.Addr())
+	link := testenv.StartFaultProxy(t, n.Addr())
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	bobConn := testenv.Connect(t, n.URL(), "bob")
 	b := newBrowser(t)
 	alice := b.newPage("alice")
 	alice.allowNetworkErrors = true
-	alice.signIn(link.URL(), "alice")
+	alice.signIn("http://"+link.Addr(), "alice")
 	alice.openDM("bob")
 	alice.typeMessage("one", true)
 	alice.waitFor("the first message to be confirmed", `!!document.querySelector('#messages > li[data-seq="1"][data-state="sent"]')`)
 
 	// The send reaches the server, the ack never comes back.
-	link.swallowReplies.Store(true)
+	link.SwallowReplies(true)
 	alice.typeMessage("lost ack", true)
 	got := testenv.Push(t, bobConn, 10*time.Second, func(f protocol.ServerFrame) bool {
 		return f.Type == protocol.TypeMessage && f.Body == "lost ack"
@@ -351,16 +351,15 @@ func TestNetworkDrop(t *testing.T) {
 	if eval[bool](alice, `!document.querySelector('#messages > li[data-state="sending"]')`) {
 		t.Fatal("alice's page shows the send confirmed although its ack was swallowed")
 	}
-	link.setRefuse(true)
-	link.cut()
-	link.swallowReplies.Store(false)
+	link.SetDown(true)
+	link.SwallowReplies(false)
 	alice.waitFor("the page to go offline", `document.getElementById('conn-status').dataset.state === 'offline'`)
 	alice.waitFor("the unconfirmed send to offer a retry", `document.querySelectorAll('#messages > li[data-state="failed"] button.retry').length === 1`)
 	alice.typeMessage("written offline", true)
 	alice.waitFor("both unsent messages to offer a retry", `document.querySelectorAll('#messages > li[data-state="failed"] button.retry').length === 2`)
 	alice.screenshot("13-network-down")
 
-	link.setRefuse(false)
+	link.SetDown(false)
 	alice.waitConnected()
 	// The replay carries "lost ack" with its clientMsgId: the page confirms it without a resend.
 	alice.untilShown(1, 2)

@@ -3,15 +3,12 @@ package web_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -353,109 +350,4 @@ func (p *page) untilShown(from, to int64) {
 		if (seqs.length !== %d) return false;
 		return seqs.every((s, i) => s === %d + i);
 	})()`, to-from+1, from))
-}
-
-// flakyNetwork is a TCP proxy in front of a node that a test can cut, make refuse connections, or
-// make swallow what the server sends, the way a mobile network fails.
-type flakyNetwork struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-
-	swallowReplies atomic.Bool // forward what the client sends, drop what the server sends
-
-	mu     sync.Mutex
-	refuse bool
-	conns  map[net.Conn]struct{}
-}
-
-func newFlakyNetwork(t *testing.T, target string) *flakyNetwork {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen for the proxy: %v", err)
-	}
-	f := &flakyNetwork{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
-	f.wg.Go(f.serve)
-	t.Cleanup(func() {
-		_ = ln.Close() // ends serve
-		f.cut()
-		f.wg.Wait()
-	})
-	return f
-}
-
-// URL is the base URL of the node through the proxy.
-func (f *flakyNetwork) URL() string { return "http://" + f.ln.Addr().String() }
-
-func (f *flakyNetwork) serve() {
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !f.track(c) {
-			_ = c.Close() // refused: the client sees the connection drop at once
-			continue
-		}
-		f.wg.Go(func() { f.pipe(c) })
-	}
-}
-
-func (f *flakyNetwork) track(c net.Conn) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.refuse {
-		return false
-	}
-	f.conns[c] = struct{}{}
-	return true
-}
-
-func (f *flakyNetwork) pipe(client net.Conn) {
-	server, err := net.Dial("tcp", f.target)
-	if err != nil || !f.track(server) {
-		_ = client.Close()
-		if server != nil {
-			_ = server.Close()
-		}
-		return
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(server, client) // ends when either side closes
-		_ = server.Close()
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := server.Read(buf)
-		if n > 0 && !f.swallowReplies.Load() {
-			if _, werr := client.Write(buf[:n]); werr != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	_ = client.Close()
-	<-done
-}
-
-// cut closes every connection through the proxy, as a network drop does.
-func (f *flakyNetwork) cut() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for c := range f.conns {
-		_ = c.Close() // the pipes see the error and end
-	}
-	clear(f.conns)
-}
-
-// setRefuse makes new connections fail at once (true) or pass again (false).
-func (f *flakyNetwork) setRefuse(refuse bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.refuse = refuse
 }

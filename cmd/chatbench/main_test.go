@@ -13,7 +13,9 @@ import (
 	"github.com/chatd/chatd/testenv"
 )
 
-// TestMain lets the test binary stand in for chatbench's child processes, as -procs starts them.
+// TestMain lets the test binary stand in for chatbench's child processes, as -procs starts them;
+// run as the tests, it fails the package if a goroutine (a worker, a connection's reader)
+// outlives them.
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		if err := runChild(context.Background(), spec, os.Stdin, os.Stdout); err != nil {
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	testenv.VerifyTestMain(m)
 }
 
 func TestHistogramQuantiles(t *testing.T) {

@@ -17,6 +17,10 @@ import (
 	"github.com/chatd/chatd/testenv"
 )
 
+// TestMain fails the package if a goroutine outlives the tests: a command's connection and its
+// reader end when the command returns.
+func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
+
 // user runs chatctl as one person: their own config directory, so each keeps their own token.
 type user struct {
 	t      *testing.T

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/embedded"
 	"github.com/chatd/chatd/node"
 	"github.com/chatd/chatd/readstate"
@@ -38,10 +39,11 @@ func main() {
 // options are the command line and environment settings; every flag has a CHAT_* twin.
 type options struct {
 	addr, dataDir, mongoURI, mongoDB, natsURL, jwtSecret, logLevel, nodeID, origins string
+	jwtIssuer, jwtAudience, adminSecret                                             string
 	devMode                                                                         bool
 	partitions, leaseReplicas                                                       int
 	sendRate                                                                        float64
-	readWindow, leaseTTL                                                            time.Duration
+	readWindow, leaseTTL, jwtMaxLifetime                                            time.Duration
 }
 
 func parseOptions(args []string) (options, error) {
@@ -53,6 +55,14 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.mongoDB, "mongo-db", env("CHAT_MONGO_DB", node.DefaultDatabase), "MongoDB database (CHAT_MONGO_DB)")
 	fs.StringVar(&o.natsURL, "nats-url", env("CHAT_NATS_URL", ""), "NATS server URLs, comma-separated; empty starts an in-process server (CHAT_NATS_URL)")
 	fs.StringVar(&o.jwtSecret, "jwt-secret", env("CHAT_JWT_SECRET", ""), "HS256 secret for tokens; empty means dev mode (CHAT_JWT_SECRET)")
+	fs.StringVar(&o.jwtIssuer, "jwt-issuer", env("CHAT_JWT_ISSUER", ""), "required token issuer (iss); empty: not checked (CHAT_JWT_ISSUER)")
+	fs.StringVar(&o.jwtAudience, "jwt-audience", env("CHAT_JWT_AUDIENCE", ""), "required token audience (aud); empty: not checked (CHAT_JWT_AUDIENCE)")
+	fs.StringVar(&o.adminSecret, "admin-secret", env("CHAT_ADMIN_SECRET", ""), "bearer secret of the admin API under /admin/, at least 32 bytes; empty: no admin API (CHAT_ADMIN_SECRET)")
+	maxLifetime, err := envDuration("CHAT_JWT_MAX_LIFETIME", auth.DefaultMaxLifetime)
+	if err != nil {
+		return o, err
+	}
+	fs.DurationVar(&o.jwtMaxLifetime, "jwt-max-lifetime", maxLifetime, "longest token lifetime accepted, exp - iat (CHAT_JWT_MAX_LIFETIME)")
 	fs.StringVar(&o.logLevel, "log-level", env("CHAT_LOG_LEVEL", "info"), "debug, info, warn or error (CHAT_LOG_LEVEL)")
 	fs.StringVar(&o.nodeID, "node-id", env("CHAT_NODE_ID", ""), "name of this node; default the host name (CHAT_NODE_ID)")
 	fs.StringVar(&o.origins, "allowed-origins", env("CHAT_ALLOWED_ORIGINS", ""), "extra page origins allowed to open WebSockets, comma-separated host patterns (CHAT_ALLOWED_ORIGINS)")
@@ -113,17 +123,21 @@ func run(args []string, log zerolog.Logger) error {
 	defer stop()
 
 	cfg := node.Config{
-		Addr:       o.addr,
-		NodeID:     o.nodeID,
-		MongoURI:   o.mongoURI,
-		Database:   o.mongoDB,
-		NATSURL:    o.natsURL,
-		JWTSecret:  []byte(o.jwtSecret),
-		ReadWindow: o.readWindow,
-		DevMode:    o.devMode,
-		Sequencer:  sequencer.Config{Partitions: o.partitions},
-		Leases:     sequencer.LeaseConfig{TTL: o.leaseTTL, RenewInterval: o.leaseTTL / 5, Replicas: o.leaseReplicas},
-		Session:    session.Config{SendRate: o.sendRate},
+		Addr:           o.addr,
+		NodeID:         o.nodeID,
+		MongoURI:       o.mongoURI,
+		Database:       o.mongoDB,
+		NATSURL:        o.natsURL,
+		JWTSecret:      []byte(o.jwtSecret),
+		JWTIssuer:      o.jwtIssuer,
+		JWTAudience:    o.jwtAudience,
+		JWTMaxLifetime: o.jwtMaxLifetime,
+		AdminSecret:    []byte(o.adminSecret),
+		ReadWindow:     o.readWindow,
+		DevMode:        o.devMode,
+		Sequencer:      sequencer.Config{Partitions: o.partitions},
+		Leases:         sequencer.LeaseConfig{TTL: o.leaseTTL, RenewInterval: o.leaseTTL / 5, Replicas: o.leaseReplicas},
+		Session:        session.Config{SendRate: o.sendRate},
 	}
 	if o.origins != "" {
 		cfg.AllowedOrigins = strings.Split(o.origins, ",")

@@ -16,6 +16,9 @@ import (
 	"github.com/chatd/chatd/testenv"
 )
 
+// TestMain fails the package if a goroutine outlives the tests (a client's reader, say).
+func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
+
 // startChatd runs the real binary on its embedded defaults (in-process NATS, embedded store)
 // in dataDir, and waits until it is ready.
 func startChatd(t *testing.T, dataDir, addr string) *exec.Cmd {
@@ -36,14 +39,17 @@ func startChatd(t *testing.T, dataDir, addr string) *exec.Cmd {
 			_ = cmd.Wait()
 		}
 	})
-	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() bool {
+	testenv.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
-			return false
+			return fmt.Errorf("chatd not ready: %w", err)
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, "chatd to be ready")
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("chatd not ready: GET /readyz: %s", resp.Status)
+		}
+		return nil
+	})
 	return cmd
 }
 

@@ -198,7 +198,9 @@
     conn.timer = null;
     if (!state.auth || conn.ws) return;
     const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const sock = new WebSocket(`${scheme}//${location.host}/ws?token=${encodeURIComponent(state.auth.token)}`);
+    // The token travels as a subprotocol, not in the URL: browsers print a failed WebSocket's URL
+    // in the console. The server answers 'chatd'.
+    const sock = new WebSocket(`${scheme}//${location.host}/ws`, ['chatd', `chatd.token.${state.auth.token}`]);
     conn.ws = sock;
     conn.opened = false;
     setStatus('connecting', conn.attempt ? 'Reconnecting…' : 'Connecting…');
