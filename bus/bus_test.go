@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/bus"
+	"github.com/chatd/chatd/testenv"
 )
 
 // TestMain fails the package if a test leaves a dispatcher (or a NATS goroutine) running.
@@ -116,27 +117,10 @@ func publish(t *testing.T, nc *nats.Conn, subject, data string) {
 	}
 }
 
-// waitFor polls cond until it returns nil, and after timeout fails the test with cond's last
-// error, which says what was still missing.
-func waitFor(t *testing.T, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting after %s: %v", timeout, err)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // waitEvents waits until the events recorded for id are exactly want.
 func waitEvents(t *testing.T, r *recorder, id string, want ...event) {
 	t.Helper()
-	waitFor(t, 5*time.Second, func() error {
+	testenv.CheckFor(t, 5*time.Second, 2*time.Millisecond, func() error {
 		if got := r.of(id); !slices.Equal(got, want) {
 			return fmt.Errorf("events of %s = %v, want %v (all events: %v)", id, got, want, r.snapshot())
 		}
@@ -208,7 +192,7 @@ func TestConversationEventsArriveInPublishOrder(t *testing.T) {
 		publish(t, other, "chat.conv.c1."+kind, strconv.Itoa(i))
 		want = append(want, event{kind, "c1", strconv.Itoa(i)})
 	}
-	waitFor(t, 10*time.Second, func() error {
+	testenv.CheckFor(t, 10*time.Second, 2*time.Millisecond, func() error {
 		if got := r.of("c1"); len(got) < n {
 			return fmt.Errorf("%d of %d events arrived", len(got), n)
 		}
@@ -254,7 +238,7 @@ func TestBlockedConversationDoesNotHoldUpOthers(t *testing.T) {
 	for _, id := range ids[1:] {
 		publish(t, other, "chat.conv."+id+".msg", "hi")
 	}
-	waitFor(t, 5*time.Second, func() error {
+	testenv.CheckFor(t, 5*time.Second, 2*time.Millisecond, func() error {
 		if got := r.snapshot(); len(got) == 0 {
 			return fmt.Errorf("no event of %d other conversations arrived while one handler call blocked", others)
 		}
@@ -264,7 +248,7 @@ func TestBlockedConversationDoesNotHoldUpOthers(t *testing.T) {
 
 	// Those behind the slow one are delayed, not lost.
 	unblock()
-	waitFor(t, 5*time.Second, func() error {
+	testenv.CheckFor(t, 5*time.Second, 2*time.Millisecond, func() error {
 		if got := r.snapshot(); len(got) != len(ids) {
 			return fmt.Errorf("%d of %d events arrived after the slow handler returned: %v", len(got), len(ids), got)
 		}

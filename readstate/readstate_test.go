@@ -15,6 +15,7 @@ import (
 
 	"github.com/chatd/chatd/readstate"
 	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/testenv"
 )
 
 // TestMain fails the package if a test leaves a coalescer's flush loop running.
@@ -164,23 +165,6 @@ func cursorNames(cursors []storage.Cursor) []string {
 
 func pending(c *readstate.Coalescer, user string) []string { return cursorNames(c.Pending(user)) }
 
-// waitFor polls cond until it returns nil, and after timeout fails the test with cond's last
-// error, which says what was still missing.
-func waitFor(t *testing.T, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting after %s: %v", timeout, err)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestAdvanceCoalescesToHighestSeq(t *testing.T) {
 	store := &fakeStore{}
 	c := newCoalescer(t, store, noWindow)
@@ -258,7 +242,7 @@ func TestFlushOneUserOrConversation(t *testing.T) {
 			}
 
 			store.setRefuse(refuseNone)
-			waitFor(t, 2*time.Second, func() error {
+			testenv.CheckFor(t, 2*time.Second, 2*time.Millisecond, func() error {
 				if got := store.written(false); !slices.Equal(got, tc.left) {
 					return fmt.Errorf("the window wrote %v, want %v", got, tc.left)
 				}
@@ -322,7 +306,7 @@ func TestFailedWriteStaysPending(t *testing.T) {
 	}
 
 	store.setRefuse(refuseNone)
-	waitFor(t, 2*time.Second, func() error {
+	testenv.CheckFor(t, 2*time.Second, 2*time.Millisecond, func() error {
 		if got, want := store.written(false), []string{"alice/c1@3"}; !slices.Equal(got, want) {
 			return fmt.Errorf("the window wrote %v, want %v (all writes: %v)", got, want, store.snapshot())
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/session"
+	"github.com/chatd/chatd/testenv"
 )
 
 // TestMain fails the package if any test leaves a goroutine behind: no session goroutine may
@@ -32,17 +33,12 @@ const pollTimeout = 30 * time.Second
 // eventually polls cond until it holds, failing with what was awaited and the last state seen.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(pollTimeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
+	testenv.CheckFor(t, pollTimeout, 2*time.Millisecond, func() error {
+		if ok, state := cond(); !ok {
+			return fmt.Errorf("waiting for %s; last state: %s", what, state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; last state: %s", pollTimeout, what, state)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // receive waits for a value on ch.
