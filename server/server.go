@@ -173,7 +173,9 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	s.sessions.Add(1)
 	defer s.sessions.Done()
-	sess := session.New(conn, userID, s.cfg.Session, s.limits, s.log)
+	// The session logs its refusals and cuts; with the remote address they can be traced.
+	sess := session.New(conn, userID, s.cfg.Session, s.limits, s.log.With().Str("remote", r.RemoteAddr).
+		Str("forwardedFor", r.Header.Get("X-Forwarded-For")).Logger())
 	if err := sess.Serve(s.sessionCtx, s.router); err != nil {
 		s.log.Warn().Err(err).Str("user", userID).Msg("session ended")
 	}
