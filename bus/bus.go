@@ -13,6 +13,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -33,8 +34,11 @@ const (
 // from one dispatcher goroutine per subject, in the order NATS delivered the subject's messages.
 type Handler interface {
 	// HandleMessage gets a persisted message as the sequencer published it (JSON of
-	// protocol.Message).
-	HandleMessage(conversationID string, data []byte)
+	// protocol.Message). received is when the bus's dispatcher took it from its queue, for
+	// measuring delivery latency: NATS puts a channel subscription's messages straight into that
+	// queue from its read loop, so there is no earlier point to take it, and the time a message
+	// waited in the queue is not in it (chatd_bus_dispatch_queue_depth shows that backlog).
+	HandleMessage(conversationID string, data []byte, received time.Time)
 	// HandleConversationEvent gets a receipt, typing or deletion event of a conversation.
 	HandleConversationEvent(conversationID string, data []byte)
 	// HandleUserEvent gets an event for all of one user's devices.
@@ -47,6 +51,9 @@ type Config struct {
 	SubjectPrefix string
 	Dispatchers   int
 	Buffer        int
+	// Metrics, if set, records what the bus receives, its queue depth and its subscriptions; nil
+	// records nothing.
+	Metrics *Metrics
 }
 
 // Bus is one node's subscriptions and publications.
@@ -84,6 +91,7 @@ func New(cfg Config, nc *nats.Conn, log zerolog.Logger) *Bus {
 		b.wg.Add(1)
 		go b.dispatch(q)
 	}
+	cfg.Metrics.open(b)
 	return b
 }
 
@@ -92,6 +100,7 @@ func (b *Bus) SetHandler(h Handler) { b.handler = h }
 
 // Close stops the dispatchers; subscriptions end with the NATS connection.
 func (b *Bus) Close() {
+	b.cfg.Metrics.closed(b)
 	close(b.stop)
 	b.wg.Wait()
 }
@@ -104,11 +113,17 @@ func (b *Bus) dispatch(q chan *nats.Msg) {
 		case m := <-q:
 			switch {
 			case strings.HasPrefix(m.Subject, userPrefix):
+				b.cfg.Metrics.receivedOne(kindUserEvent)
 				b.handler.HandleUserEvent(strings.TrimPrefix(m.Subject, userPrefix), m.Data)
 			case strings.HasSuffix(m.Subject, ".msg"):
-				b.handler.HandleMessage(strings.TrimSuffix(strings.TrimPrefix(m.Subject, convPrefix), ".msg"), m.Data)
+				received := time.Now()
+				b.cfg.Metrics.receivedOne(kindMessage)
+				b.handler.HandleMessage(strings.TrimSuffix(strings.TrimPrefix(m.Subject, convPrefix), ".msg"), m.Data, received)
 			case strings.HasSuffix(m.Subject, ".evt"):
+				b.cfg.Metrics.receivedOne(kindConversationEvent)
 				b.handler.HandleConversationEvent(strings.TrimSuffix(strings.TrimPrefix(m.Subject, convPrefix), ".evt"), m.Data)
+			default:
+				b.cfg.Metrics.receivedOne(kindOther)
 			}
 		case <-b.stop:
 			return

@@ -33,6 +33,8 @@ type recorder struct {
 
 	mu     sync.Mutex
 	events []event
+	// received holds the receive time HandleMessage was given, per message in arrival order.
+	received []time.Time
 }
 
 func (r *recorder) record(kind, id string, data []byte) {
@@ -45,7 +47,12 @@ func (r *recorder) record(kind, id string, data []byte) {
 	r.events = append(r.events, event{kind, id, string(data)})
 }
 
-func (r *recorder) HandleMessage(id string, data []byte) { r.record("msg", id, data) }
+func (r *recorder) HandleMessage(id string, data []byte, received time.Time) {
+	r.mu.Lock()
+	r.received = append(r.received, received)
+	r.mu.Unlock()
+	r.record("msg", id, data)
+}
 func (r *recorder) HandleConversationEvent(id string, data []byte) {
 	r.record("evt", id, data)
 }

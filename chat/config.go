@@ -35,6 +35,8 @@ type Config struct {
 	LiveReceiptsMaxMembers int
 	MaxConnectionsPerUser  int
 	TypingInterval         time.Duration
+	// Metrics, if set, records sends, history pages and resyncs; nil records nothing.
+	Metrics *Metrics
 }
 
 // DefaultConfig returns the configuration with every default filled in.

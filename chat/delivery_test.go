@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
@@ -181,7 +182,7 @@ func TestSyncReplaysThenReleasesLive(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ts.svc.HandleMessage(dm, data)
+				ts.svc.HandleMessage(dm, data, time.Now())
 			}
 			if got := bob.seqs(t, dm); !slices.Equal(got, want) {
 				t.Errorf("after republishing, bob saw seqs %v, want %v", got, want)

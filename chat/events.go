@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
@@ -67,15 +68,22 @@ func (s *Service) publishConversation(convID string, ev conversationEvent) {
 // HandleMessage delivers a persisted message, as the sequencer published it, to the local members:
 // one encoding, the same bytes on every socket. A message moves no badge frame: clients derive
 // unread from the pushes. The sender's own position moves with it, on every node, so their own
-// messages are never unread.
-func (s *Service) HandleMessage(convID string, data []byte) {
+// messages are never unread. received is when the bus took the message from NATS, from which the
+// fan-out measures its delivery latency.
+func (s *Service) HandleMessage(convID string, data []byte, received time.Time) {
+	s.deliverMessage(convID, data, received)
+}
+
+// deliverMessage is HandleMessage, reporting whether the message was news here (see
+// fanout.Engine.DeliverMessage); received is the zero time for a message read from the store.
+func (s *Service) deliverMessage(convID string, data []byte, received time.Time) bool {
 	var msg protocol.Message
 	if err := json.Unmarshal(data, &msg); err != nil || msg.ConversationID != convID {
 		s.log.Error().Err(err).Str("conversation", convID).Msg("undecodable message event")
-		return
+		return false
 	}
 	s.ownMessage(msg.SenderID, convID, msg.Seq)
-	s.engine.DeliverMessage(convID, msg.Seq, protocol.PushFromEncodedMessage(data))
+	return s.engine.DeliverMessage(convID, msg.Seq, protocol.PushFromEncodedMessage(data), received)
 }
 
 // ownMessage moves a sender's position past their own message, if they are online here.
@@ -258,6 +266,8 @@ func (s *Service) ephemeralToUser(userID, key string, f protocol.ServerFrame) {
 // conversation, the messages after the highest seq delivered here, up to SyncLimit (clients fill
 // anything beyond from history). The DM block states cached here are forgotten, to be read again.
 func (s *Service) Resync(ctx context.Context) {
+	delivered := 0
+	defer func() { s.cfg.Metrics.resynced(delivered) }()
 	s.forgetAllBlocks() // block events may have been missed too
 	s.reconcileMemberships(ctx)
 	for id, seq := range s.engine.Conversations() {
@@ -272,7 +282,10 @@ func (s *Service) Resync(ctx context.Context) {
 				s.log.Error().Err(err).Msg("encode resynced message")
 				continue
 			}
-			s.HandleMessage(id, data)
+			// Read from the store, not received from the bus: no delivery latency to measure.
+			if s.deliverMessage(id, data, time.Time{}) {
+				delivered++
+			}
 		}
 	}
 }

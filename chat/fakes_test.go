@@ -742,7 +742,7 @@ func (b *fakeBus) deliver(ev busEvent) {
 		switch ev.kind {
 		case evMessage:
 			if b.interest.watchingConversation(ev.id) {
-				b.svc.HandleMessage(ev.id, ev.data)
+				b.svc.HandleMessage(ev.id, ev.data, time.Now())
 			}
 		case evConversation:
 			if b.interest.watchingConversation(ev.id) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -38,6 +39,13 @@ type SendRequest struct {
 // sender's read position moves to it. A DM with a block between its members refuses it (see
 // blocks.go).
 func (s *Service) Send(ctx context.Context, userID string, req SendRequest) (protocol.Message, error) {
+	start := time.Now()
+	m, err := s.send(ctx, userID, req)
+	s.cfg.Metrics.sent(start, err)
+	return m, err
+}
+
+func (s *Service) send(ctx context.Context, userID string, req SendRequest) (protocol.Message, error) {
 	p, err := s.positionOf(userID, req.ConversationID)
 	if err != nil {
 		return protocol.Message{}, err
@@ -216,6 +224,15 @@ type Page struct {
 // (deleted messages stay as tombstones), so the range is computed from the anchor and the page
 // size alone, at any depth.
 func (s *Service) History(ctx context.Context, userID, convID string, at Anchor, limit int) (Page, error) {
+	start := time.Now()
+	page, err := s.history(ctx, userID, convID, at, limit)
+	if err == nil {
+		s.cfg.Metrics.paged(start)
+	}
+	return page, err
+}
+
+func (s *Service) history(ctx context.Context, userID, convID string, at Anchor, limit int) (Page, error) {
 	p, last, err := s.checkedPosition(ctx, userID, convID)
 	if err != nil {
 		return Page{}, err

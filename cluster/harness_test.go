@@ -222,11 +222,15 @@ func (s *natsServer) clientNames() ([]string, error) {
 // chatNode is one chatd process.
 type chatNode struct {
 	*process
-	id   string
-	port int
+	id        string
+	port      int
+	adminPort int
 }
 
 func (n *chatNode) url() string { return fmt.Sprintf("http://127.0.0.1:%d", n.port) }
+
+// adminURL is the node's admin listener: metrics, /debug/partitions.
+func (n *chatNode) adminURL() string { return fmt.Sprintf("http://127.0.0.1:%d", n.adminPort) }
 
 func (n *chatNode) ready() error {
 	if err := n.alive(); err != nil {
@@ -243,7 +247,7 @@ func (n *chatNode) owned() ([]int, error) {
 	if err := n.alive(); err != nil {
 		return nil, err
 	}
-	body, err := getOK(n.url() + "/debug/partitions")
+	body, err := getOK(n.adminURL() + "/debug/partitions")
 	if err != nil {
 		return nil, err
 	}
@@ -352,13 +356,14 @@ func (c *cluster) natsURLs() string {
 
 func (c *cluster) startNodes() {
 	bin := testenv.ChatdBinary.Path(c.t)
-	ports := testenv.FreePorts(c.t, clusterSize)
-	for i, port := range ports {
+	ports := testenv.FreePorts(c.t, 2*clusterSize)
+	for i := range clusterSize {
 		id := fmt.Sprintf("chat-%d", i+1)
-		n := &chatNode{id: id, port: port}
+		n := &chatNode{id: id, port: ports[2*i], adminPort: ports[2*i+1]}
 		n.process = startProcess(c.t, c.dir, id, []string{
 			"CHAT_NODE_ID=" + id,
-			"CHAT_ADDR=127.0.0.1:" + strconv.Itoa(port),
+			"CHAT_ADDR=127.0.0.1:" + strconv.Itoa(n.port),
+			"CHAT_ADMIN_ADDR=127.0.0.1:" + strconv.Itoa(n.adminPort),
 			"CHAT_DATA_DIR=" + filepath.Join(c.dir, id),
 			"CHAT_MONGO_URI=" + c.store.URI,
 			"CHAT_MONGO_DB=" + c.store.Database,

@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatd/chatd/fanout"
 )
@@ -24,10 +27,10 @@ func (c *countConn) PushEphemeral(string, []byte)           { c.pushes.Add(1) }
 var benchFrame = []byte(`{"type":"message","conversationId":"0b6f3c2e-9d11-4f43-9d0a-3b7a3c2e9d11","seq":42,"senderId":"alice","kind":"text","body":"hello, this is a message of a typical length","createdAt":"2026-12-02T12:00:00.123Z","clientMsgId":"5f0e7c8e-4a0b-4c3e-9f59-0e7a3c1d2b44"}`)
 
 // newBenchEngine registers users connections (one per user), each in the conversations
-// convsOf(i) names, synced so nothing is held.
+// convsOf(i) names, synced so nothing is held. The engine records metrics, as a node's does.
 func newBenchEngine(b *testing.B, users int, convsOf func(i int) []string) (*fanout.Engine[*countConn], []*countConn) {
 	b.Helper()
-	e := fanout.New[*countConn](fanout.Config{}, &interest{})
+	e := fanout.New[*countConn](fanout.Config{Metrics: fanout.NewMetrics(prometheus.NewRegistry())}, &interest{})
 	conns := make([]*countConn, users)
 	for i := range conns {
 		c := &countConn{user: "user" + strconv.Itoa(i)}
@@ -57,12 +60,12 @@ func newBenchEngine(b *testing.B, users int, convsOf func(i int) []string) (*fan
 func BenchmarkDeliver5000(b *testing.B) {
 	const members = 5000
 	e, conns := newBenchEngine(b, members, func(int) []string { return []string{"big"} })
-	e.DeliverMessage("big", 1, benchFrame) // each connection's first message of a conversation allocates its entry
+	e.DeliverMessage("big", 1, benchFrame, time.Now()) // each connection's first message of a conversation allocates its entry
 	b.ReportAllocs()
 	seq := int64(1)
 	for b.Loop() {
 		seq++
-		if !e.DeliverMessage("big", seq, benchFrame) {
+		if !e.DeliverMessage("big", seq, benchFrame, time.Now()) {
 			b.Fatal("not delivered")
 		}
 	}
@@ -87,7 +90,7 @@ func BenchmarkDeliverParallelConversations(b *testing.B) {
 	e, _ := newBenchEngine(b, convs*members, func(i int) []string { return []string{ids[i/members]} })
 	seqs := make([]atomic.Int64, convs)
 	for i, id := range ids {
-		e.DeliverMessage(id, seqs[i].Add(1), benchFrame)
+		e.DeliverMessage(id, seqs[i].Add(1), benchFrame, time.Now())
 	}
 	var next atomic.Int64
 	b.ReportAllocs()
@@ -96,7 +99,7 @@ func BenchmarkDeliverParallelConversations(b *testing.B) {
 		i := int(next.Add(1)) * 7919
 		for pb.Next() {
 			i = (i + 1) % convs
-			e.DeliverMessage(ids[i], seqs[i].Add(1), benchFrame)
+			e.DeliverMessage(ids[i], seqs[i].Add(1), benchFrame, time.Now())
 		}
 	})
 }

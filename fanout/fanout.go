@@ -62,6 +62,9 @@ type Interest interface {
 type Config struct {
 	SyncGrace time.Duration
 	MaxHeld   int
+	// Metrics, if set, records the message pushes and their delivery latency; nil records
+	// nothing.
+	Metrics *Metrics
 }
 
 // Engine routes frames to this node's connections. It is safe for concurrent use; deliveries of
@@ -118,6 +121,7 @@ type connState[C Conn] struct {
 	held    []heldPush
 	maxHeld int
 	grace   *time.Timer
+	metrics *Metrics
 }
 
 type heldPush struct {
@@ -154,7 +158,8 @@ func (e *Engine[C]) convShard(id string) *convShard[C] {
 // held until its first Sync or for the sync grace. It returns whether this is the user's first
 // connection here.
 func (e *Engine[C]) Add(c C) (first bool) {
-	cs := &connState[C]{conn: c, sent: make(map[string]int64), holding: true, maxHeld: e.cfg.MaxHeld}
+	cs := &connState[C]{conn: c, sent: make(map[string]int64), holding: true, maxHeld: e.cfg.MaxHeld,
+		metrics: e.cfg.Metrics}
 	cs.grace = time.AfterFunc(e.cfg.SyncGrace, func() { cs.release() })
 	uid := c.UserID()
 	us := e.userShard(uid)
@@ -311,8 +316,10 @@ func (e *Engine[C]) locked(convID string) *convEntry[C] {
 
 // DeliverMessage gives a conversation's message push (seq, encoded once) to every connection of
 // its local members. It reports false, delivering nothing, when nobody here is a member or the seq
-// is not newer than the last one delivered here.
-func (e *Engine[C]) DeliverMessage(convID string, seq int64, frame []byte) bool {
+// is not newer than the last one delivered here. received is when the message came off the bus,
+// from which the delivery latency is measured; the zero time measures nothing (a message read
+// from the store).
+func (e *Engine[C]) DeliverMessage(convID string, seq int64, frame []byte, received time.Time) bool {
 	c := e.locked(convID)
 	if c == nil {
 		return false
@@ -322,8 +329,15 @@ func (e *Engine[C]) DeliverMessage(convID string, seq int64, frame []byte) bool 
 		return false
 	}
 	c.delivered = seq
+	pushed := 0
 	for cs := range c.conns {
-		cs.deliver(convID, seq, frame)
+		if cs.deliver(convID, seq, frame) {
+			pushed++
+		}
+	}
+	e.cfg.Metrics.pushed(pushed)
+	if pushed > 0 { // held for syncing connections only, it has reached no outbox yet
+		e.cfg.Metrics.delivered(received)
 	}
 	return true
 }
@@ -483,19 +497,22 @@ func (e *Engine[C]) state(c C) *connState[C] {
 }
 
 // deliver gives a live message push to the connection, or holds it while the connection syncs.
-func (cs *connState[C]) deliver(convID string, seq int64, frame []byte) {
+// It reports whether the push was given now.
+func (cs *connState[C]) deliver(convID string, seq int64, frame []byte) bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.holding {
 		if len(cs.held) < cs.maxHeld {
 			cs.held = append(cs.held, heldPush{convID, seq, frame})
 		}
-		return
+		return false
 	}
 	if seq > cs.sent[convID] {
 		cs.sent[convID] = seq
 		cs.conn.Push(frame)
+		return true
 	}
+	return false
 }
 
 // claim records that seq of a conversation is being given to the connection, and reports false
@@ -522,13 +539,16 @@ func (cs *connState[C]) release() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.holding = false
+	pushed := 0
 	for _, h := range cs.held {
 		if h.seq > cs.sent[h.conversationID] {
 			cs.sent[h.conversationID] = h.seq
 			cs.conn.Push(h.frame)
+			pushed++
 		}
 	}
 	cs.held = nil
+	cs.metrics.pushed(pushed)
 }
 
 // forget drops what the connection was given of a conversation it left, so a later rejoin starts

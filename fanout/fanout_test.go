@@ -206,7 +206,7 @@ func TestDeliverMessage(t *testing.T) {
 		{"y", 5, false}, {"y", 6, true},
 		{"nobody", 1, false},
 	} {
-		if ok := e.DeliverMessage(d.conv, d.seq, msg(d.conv, d.seq)); ok != d.want {
+		if ok := e.DeliverMessage(d.conv, d.seq, msg(d.conv, d.seq), time.Time{}); ok != d.want {
 			t.Errorf("deliver %s/%d: %v, want %v", d.conv, d.seq, ok, d.want)
 		}
 	}
@@ -237,9 +237,9 @@ func TestDeliverMessage(t *testing.T) {
 
 	// After leaving, nothing more; after rejoining, what follows.
 	e.Leave("b", "x")
-	e.DeliverMessage("x", 5, msg("x", 5))
+	e.DeliverMessage("x", 5, msg("x", 5), time.Time{})
 	e.Join("b", "x", 0)
-	e.DeliverMessage("x", 6, msg("x", 6))
+	e.DeliverMessage("x", 6, msg("x", 6), time.Time{})
 	if got := b.seqs("x"); !slices.Equal(got, []int64{1, 2, 4, 6}) {
 		t.Errorf("b got x seqs %v across leave and rejoin, want [1 2 4 6]", got)
 	}
@@ -254,7 +254,7 @@ func TestHeldUntilGrace(t *testing.T) {
 	added := time.Now()
 	add(e, c, map[string]int64{"x": 0})
 	for seq := int64(1); seq <= 3; seq++ {
-		e.DeliverMessage("x", seq, msg("x", seq))
+		e.DeliverMessage("x", seq, msg("x", seq), time.Time{})
 	}
 	if got := c.all(); len(got) > 0 && time.Since(added) < grace {
 		t.Fatalf("got %v before syncing, within the grace", got)
@@ -269,7 +269,7 @@ func TestHeldUntilGrace(t *testing.T) {
 	if since := time.Since(added); since < grace {
 		t.Errorf("held pushes released after %v, within the grace of %v", since, grace)
 	}
-	e.DeliverMessage("x", 4, msg("x", 4))
+	e.DeliverMessage("x", 4, msg("x", 4), time.Time{})
 	if got := c.seqs("x"); !slices.Equal(got, []int64{1, 2, 3, 4}) {
 		t.Errorf("got %v, want 1..4 in order", got)
 	}
@@ -283,9 +283,9 @@ func TestSyncReplaysThenReleases(t *testing.T) {
 	c := newConn("a")
 	add(e, c, map[string]int64{"x": 2, "y": 0})
 	for seq := int64(3); seq <= 6; seq++ { // live while not synced: held
-		e.DeliverMessage("x", seq, msg("x", seq))
+		e.DeliverMessage("x", seq, msg("x", seq), time.Time{})
 	}
-	e.DeliverMessage("y", 1, msg("y", 1))
+	e.DeliverMessage("y", 1, msg("y", 1), time.Time{})
 	if got := c.all(); len(got) > 0 {
 		t.Fatalf("got %v before syncing", got)
 	}
@@ -303,7 +303,7 @@ func TestSyncReplaysThenReleases(t *testing.T) {
 		if err := stored(push, "x", 2, 4); err != nil {
 			return err
 		}
-		e.DeliverMessage("x", 7, msg("x", 7))
+		e.DeliverMessage("x", 7, msg("x", 7), time.Time{})
 		if got := c.seqs("x"); !slices.Equal(got, []int64{2, 3, 4}) {
 			t.Errorf("during the replay got %v: a live push went ahead of it", got)
 		}
@@ -334,7 +334,7 @@ func TestSyncReplaysThenReleases(t *testing.T) {
 
 	// A replay that fails still releases what was held.
 	e.Sync(context.Background(), c, func(push fanout.ReplayFunc) error {
-		e.DeliverMessage("x", 8, msg("x", 8))
+		e.DeliverMessage("x", 8, msg("x", 8), time.Time{})
 		return fmt.Errorf("store down")
 	})
 	if got := c.seqs("x"); got[len(got)-1] != 8 {
@@ -358,7 +358,7 @@ func TestMaxHeld(t *testing.T) {
 	c := newConn("a")
 	add(e, c, map[string]int64{"x": 0})
 	for seq := int64(1); seq <= 10; seq++ {
-		e.DeliverMessage("x", seq, msg("x", seq))
+		e.DeliverMessage("x", seq, msg("x", seq), time.Time{})
 	}
 	if err := e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil }); err != nil {
 		t.Fatal(err)
@@ -366,7 +366,7 @@ func TestMaxHeld(t *testing.T) {
 	if got := c.seqs("x"); !slices.Equal(got, []int64{1, 2, 3}) {
 		t.Errorf("released %v, want the first 3 held", got)
 	}
-	e.DeliverMessage("x", 11, msg("x", 11))
+	e.DeliverMessage("x", 11, msg("x", 11), time.Time{})
 	if got := c.seqs("x"); !slices.Equal(got, []int64{1, 2, 3, 11}) {
 		t.Errorf("got %v, want 11 live after the release", got)
 	}
@@ -523,7 +523,7 @@ func TestConcurrentChurn(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for seq := int64(1); seq <= seqs; seq++ {
-				e.DeliverMessage(conv(i), seq, msg(conv(i), seq))
+				e.DeliverMessage(conv(i), seq, msg(conv(i), seq), time.Time{})
 				if seq%50 == 0 {
 					e.EphemeralToConversation(conv(i), "", "receipt", seq, []byte("receipt"))
 				}
@@ -576,8 +576,8 @@ func TestLeaveWhileHeld(t *testing.T) {
 	e, _ := newEngine(t, fanout.Config{})
 	c := newConn("a")
 	add(e, c, map[string]int64{"x": 0, "y": 0})
-	e.DeliverMessage("x", 1, msg("x", 1))
-	e.DeliverMessage("y", 1, msg("y", 1))
+	e.DeliverMessage("x", 1, msg("x", 1), time.Time{})
+	e.DeliverMessage("y", 1, msg("y", 1), time.Time{})
 	e.Leave("a", "x")
 	if err := e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil }); err != nil {
 		t.Fatal(err)

@@ -288,7 +288,7 @@ func TestHardeningTokenClaimsAtTheNode(t *testing.T) {
 // revoke calls the admin API of n and returns the status.
 func revoke(t *testing.T, n *testenv.Node, userID, secret string) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), http.MethodPost, n.URL()+"/admin/users/"+userID+"/revoke", nil)
+	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), http.MethodPost, n.AdminURL()+"/admin/users/"+userID+"/revoke", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func TestHardeningNginxKeepsOperatorEndpointsPrivate(t *testing.T) {
 		return resp.StatusCode
 	}, http.StatusOK, "nginx answering")
 
-	for _, path := range []string{"/healthz", "/readyz", "/debug/partitions"} {
+	for _, path := range []string{"/healthz", "/readyz"} {
 		if got := get(lb, path); got != http.StatusNotFound {
 			t.Errorf("GET %s through nginx: %d; want 404", path, got)
 		}
@@ -461,19 +461,38 @@ func TestHardeningNginxKeepsOperatorEndpointsPrivate(t *testing.T) {
 			t.Errorf("GET %s on the node's own port: %d; want 200", path, got)
 		}
 	}
+	// Operators' endpoints exist only on the admin listener.
+	for _, path := range []string{"/metrics", "/debug/partitions", "/debug/pprof/"} {
+		for _, base := range []string{lb, n.URL()} {
+			if got := get(base, path); got != http.StatusNotFound {
+				t.Errorf("GET %s via %s: %d; want 404", path, base, got)
+			}
+		}
+		if got := get(n.AdminURL(), path); got != http.StatusOK {
+			t.Errorf("GET %s on the admin listener: %d; want 200", path, got)
+		}
+	}
 	for _, tc := range []struct {
-		base string
-		want int
-	}{{lb, http.StatusNotFound}, {n.URL(), http.StatusOK}} {
+		base, secret string
+		want         int
+	}{
+		{lb, adminSecret, http.StatusNotFound},
+		{n.URL(), adminSecret, http.StatusNotFound},
+		{n.AdminURL(), "", http.StatusUnauthorized},
+		{n.AdminURL(), "wrong-secret-wrong-secret-wrong-secret", http.StatusUnauthorized},
+		{n.AdminURL(), adminSecret, http.StatusOK},
+	} {
 		req, _ := http.NewRequestWithContext(ctxT(t, 10*time.Second), http.MethodPost, tc.base+"/admin/users/alice/revoke", nil)
-		req.Header.Set("Authorization", "Bearer "+adminSecret)
+		if tc.secret != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.secret)
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != tc.want {
-			t.Errorf("POST /admin/users/alice/revoke via %s: %d; want %d", tc.base, resp.StatusCode, tc.want)
+			t.Errorf("POST /admin/users/alice/revoke via %s with secret %q: %d; want %d", tc.base, tc.secret, resp.StatusCode, tc.want)
 		}
 	}
 	if got := get(lb, "/"); got != http.StatusOK {

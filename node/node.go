@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.mongodb.org/mongo-driver/v2/event"
 
@@ -33,6 +34,9 @@ import (
 const (
 	// DefaultAddr is where the node listens when nothing is configured.
 	DefaultAddr = ":8080"
+	// DefaultAdminAddr is where cmd/chatd serves metrics, debug and the admin API when nothing is
+	// configured: loopback only, so nothing of it is reachable from another machine by default.
+	DefaultAdminAddr = "127.0.0.1:9090"
 	// DefaultDatabase is the MongoDB database name.
 	DefaultDatabase = "chat"
 	// shutdownTimeout bounds each stage of a graceful stop.
@@ -44,8 +48,11 @@ const (
 
 // Config describes one node. cmd/chatd fills it from flags and environment.
 type Config struct {
-	// Addr is the HTTP listen address.
+	// Addr is the public HTTP listen address.
 	Addr string
+	// AdminAddr is the admin listener's address: /metrics, health, /debug/ and the admin API.
+	// Empty means no admin listener. Keep it off the public network.
+	AdminAddr string
 	// NodeID names the node in logs and in partition leases and must be unique in the cluster;
 	// default a random id.
 	NodeID string
@@ -130,6 +137,12 @@ type Node struct {
 	http     *http.Server
 	listener net.Listener
 	served   chan error
+	metrics  *prometheus.Registry
+
+	// admin is the admin listener's server; nil without an AdminAddr.
+	admin         *http.Server
+	adminListener net.Listener
+	adminServed   chan error
 
 	// reconnected is signalled by NATS reconnects; resync delivers what was missed meanwhile.
 	reconnected chan struct{}
@@ -153,7 +166,12 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: log, served: make(chan error, 1), reconnected: make(chan struct{}, 1),
-		stopResync: make(chan struct{}), resyncDone: make(chan struct{})}
+		stopResync: make(chan struct{}), resyncDone: make(chan struct{}), metrics: newRegistry(),
+		adminServed: make(chan error, 1)}
+	natsStats := newNATSMetrics(n.metrics)
+	cfg.Session.Metrics = session.NewMetrics(n.metrics)
+	cfg.Chat.Metrics = chat.NewMetrics(n.metrics)
+	cfg.Sequencer.Metrics = sequencer.NewMetrics(n.metrics)
 	defer func() {
 		if err != nil {
 			n.stopParts()
@@ -171,6 +189,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info().Str("server", c.ConnectedUrl()).Msg("nats reconnected")
+			natsStats.reconnects.Inc()
 			select {
 			case n.reconnected <- struct{}{}:
 			default: // a resync is already due
@@ -181,6 +200,9 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 			if sub != nil {
 				subject = sub.Subject
 			}
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				natsStats.slowConsumers.Inc()
+			}
 			log.Error().Err(err).Str("subject", subject).Msg("nats error")
 		}),
 	)
@@ -188,7 +210,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		return nil, fmt.Errorf("connect to nats at %s: %w", cfg.NATSURL, err)
 	}
 	n.store, err = storage.Open(ctx, storage.Config{URI: cfg.MongoURI, Database: cfg.Database, Monitor: cfg.StoreMonitor,
-		OperationTimeout: cfg.StoreTimeout})
+		OperationTimeout: cfg.StoreTimeout, Metrics: storage.NewMetrics(n.metrics)})
 	if err != nil {
 		return nil, err
 	}
@@ -199,9 +221,10 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if n.leases, err = sequencer.StartLeases(ctx, cfg.Leases, n.seq, log); err != nil {
 		return nil, err
 	}
-	n.reads = readstate.New(n.store, cfg.ReadWindow, log)
-	n.bus = bus.New(bus.Config{SubjectPrefix: cmp.Or(cfg.Sequencer.SubjectPrefix, sequencer.DefaultSubjectPrefix)}, n.nc, log)
-	engine := fanout.New[chat.Conn](fanout.Config{}, n.bus)
+	n.reads = readstate.New(n.store, readstate.Config{Window: cfg.ReadWindow, Metrics: readstate.NewMetrics(n.metrics)}, log)
+	n.bus = bus.New(bus.Config{SubjectPrefix: cmp.Or(cfg.Sequencer.SubjectPrefix, sequencer.DefaultSubjectPrefix),
+		Metrics: bus.NewMetrics(n.metrics)}, n.nc, log)
+	engine := fanout.New[chat.Conn](fanout.Config{Metrics: fanout.NewMetrics(n.metrics)}, n.bus)
 	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, engine, log)
 	if err != nil {
 		return nil, err
@@ -221,6 +244,8 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		AdminSecret:    cfg.AdminSecret,
 		NodeID:         cfg.NodeID,
 		Owned:          n.seq.Owned,
+		Metrics:        server.NewMetrics(n.metrics),
+		Gatherer:       n.metrics,
 	}, authenticator, n.chat, n.store, log)
 	if err != nil {
 		return nil, err
@@ -230,6 +255,15 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	n.http = &http.Server{Handler: n.srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	if cfg.AdminAddr != "" {
+		if n.adminListener, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+			_ = n.listener.Close()
+			return nil, fmt.Errorf("listen on admin address %s: %w", cfg.AdminAddr, err)
+		}
+		n.admin = &http.Server{Handler: n.srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { n.adminServed <- n.admin.Serve(n.adminListener) }()
+		log.Info().Str("addr", n.adminListener.Addr().String()).Msg("admin listener serving")
+	}
 	go func() { n.served <- n.http.Serve(n.listener) }()
 	log.Info().Str("addr", n.listener.Addr().String()).Int("partitions", n.seq.Partitions()).Msg("chat node serving")
 	return n, nil
@@ -253,6 +287,14 @@ func (n *Node) resyncOnReconnect() {
 
 // Addr is the address the node listens on.
 func (n *Node) Addr() string { return n.listener.Addr().String() }
+
+// AdminAddr is the admin listener's address, or "" when there is none.
+func (n *Node) AdminAddr() string {
+	if n.adminListener == nil {
+		return ""
+	}
+	return n.adminListener.Addr().String()
+}
 
 // ready names the dependency that does not answer in words fit for /readyz; the details are
 // for the log only.
@@ -280,6 +322,15 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	if err := <-n.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		errs = append(errs, fmt.Errorf("serve http: %w", err))
+	}
+	// The admin listener stays up while sessions drain, so operators watch the shutdown.
+	if n.admin != nil {
+		if err := n.admin.Shutdown(stageCtx); err != nil {
+			errs = append(errs, fmt.Errorf("stop admin http: %w", err))
+		}
+		if err := <-n.adminServed; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, fmt.Errorf("serve admin http: %w", err))
+		}
 	}
 	n.stopParts()
 	return errors.Join(errs...)

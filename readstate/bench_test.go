@@ -41,7 +41,7 @@ func BenchmarkCoalescedReads(b *testing.B) {
 	store := benchStore(b)
 	// A window far longer than the benchmark: the benchmark ends each window itself by flushing, so
 	// the figures do not depend on how fast the machine runs the loop.
-	c := readstate.New(store, time.Hour, zerolog.Nop())
+	c := readstate.New(store, readstate.Config{Window: time.Hour}, zerolog.Nop())
 	b.Cleanup(func() { _ = c.Close(context.Background()) })
 	ctx := context.Background()
 	frames := 0

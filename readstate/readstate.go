@@ -24,6 +24,20 @@ const DefaultWindow = time.Second
 // flushTimeout bounds one bulk write.
 const flushTimeout = 10 * time.Second
 
+// Config tunes a Coalescer. Zero fields take their defaults.
+type Config struct {
+	// Window is how long moves are absorbed before they are written; zero (or less) means
+	// DefaultWindow.
+	Window time.Duration
+	// Metrics records moves, writes and flushes; nil records nothing.
+	Metrics *Metrics
+}
+
+// DefaultConfig returns the configuration with every default filled in.
+func DefaultConfig() Config {
+	return Config{Window: DefaultWindow}
+}
+
 // Store is what the coalescer writes to.
 type Store interface {
 	AdvanceCursors(ctx context.Context, cursors []storage.Cursor) error
@@ -33,9 +47,10 @@ type key struct{ user, conversation string }
 
 // Coalescer absorbs cursor moves and flushes them periodically. It is safe for concurrent use.
 type Coalescer struct {
-	store  Store
-	window time.Duration
-	log    zerolog.Logger
+	store   Store
+	window  time.Duration
+	log     zerolog.Logger
+	metrics *Metrics
 
 	mu      sync.Mutex
 	pending map[key]storage.Cursor
@@ -48,9 +63,10 @@ type Coalescer struct {
 	done chan struct{}
 }
 
-// New returns a coalescer writing to store every window (0 means DefaultWindow). Call Close to
-// stop it; Close writes what is pending.
-func New(store Store, window time.Duration, log zerolog.Logger) *Coalescer {
+// New returns a coalescer writing to store every cfg.Window. Call Close to stop it; Close writes
+// what is pending.
+func New(store Store, cfg Config, log zerolog.Logger) *Coalescer {
+	window := cfg.Window
 	if window <= 0 {
 		window = DefaultWindow
 	}
@@ -58,6 +74,7 @@ func New(store Store, window time.Duration, log zerolog.Logger) *Coalescer {
 		store:   store,
 		window:  window,
 		log:     log.With().Str("component", "readstate").Logger(),
+		metrics: cfg.Metrics,
 		pending: make(map[key]storage.Cursor),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -71,16 +88,20 @@ func New(store Store, window time.Duration, log zerolog.Logger) *Coalescer {
 func (c *Coalescer) Advance(cur storage.Cursor) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.advance(cur)
+	if c.advance(cur) {
+		c.metrics.moved()
+	}
 }
 
-// advance is Advance with c.mu held.
-func (c *Coalescer) advance(cur storage.Cursor) {
+// advance is Advance with c.mu held; it reports whether cur was taken, rather than dropped behind
+// a move already pending.
+func (c *Coalescer) advance(cur storage.Cursor) bool {
 	k := key{cur.UserID, cur.ConversationID}
 	if old, ok := c.pending[k]; ok && old.ReadSeq >= cur.ReadSeq {
-		return
+		return false
 	}
 	c.pending[k] = cur
+	return true
 }
 
 // Flush writes everything pending now. On failure the moves are kept for the next attempt.
@@ -137,7 +158,9 @@ func (c *Coalescer) flush(ctx context.Context, match func(key) bool) error {
 	if len(batch) == 0 {
 		return nil
 	}
+	start := time.Now()
 	err := c.store.AdvanceCursors(ctx, batch)
+	c.metrics.flushed(len(batch), start, err)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.writing = nil

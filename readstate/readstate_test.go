@@ -140,7 +140,7 @@ func testContext(t *testing.T) context.Context {
 // newCoalescer starts a coalescer on store and closes it when the test ends.
 func newCoalescer(t *testing.T, store readstate.Store, window time.Duration) *readstate.Coalescer {
 	t.Helper()
-	c := readstate.New(store, window, zerolog.Nop())
+	c := readstate.New(store, readstate.Config{Window: window}, zerolog.Nop())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -320,7 +320,7 @@ func TestFailedWriteStaysPending(t *testing.T) {
 func TestCloseWritesPendingAndStops(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	store := &fakeStore{}
-	c := readstate.New(store, noWindow, zerolog.Nop())
+	c := readstate.New(store, readstate.Config{Window: noWindow}, zerolog.Nop())
 	c.Advance(cursor("alice", "c1", 1))
 	c.Advance(cursor("bob", "c2", 2))
 

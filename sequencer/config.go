@@ -45,6 +45,9 @@ type Config struct {
 	RecentIDs int
 	// FlushTimeout bounds one group commit.
 	FlushTimeout time.Duration
+	// Metrics records the sequencer's instruments, and those of the Leases started with it; nil
+	// records nothing.
+	Metrics *Metrics
 }
 
 // DefaultConfig returns the configuration with every default filled in.

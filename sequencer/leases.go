@@ -81,11 +81,34 @@ type Leases struct {
 	parts jetstream.KeyValue
 	log   zerolog.Logger
 
+	// started is when this run began: a lease under this node's id written before it was left by
+	// an earlier run, which did not release it.
+	started time.Time
+	// losses and handovers rate-limit the incident lines of lost leases and of hand-overs.
+	losses, handovers *incidentLog
+
 	mu   sync.Mutex
 	held map[int]*lease
+	// contested is, for each partition this node tried to take at the last tick and found held by
+	// another node, that node and its last renewal: the start of the failover if that node never
+	// releases it. Rebuilt every tick, so it never describes an older owner.
+	contested map[int]heldBy
 
 	stop chan struct{}
 	done chan struct{}
+}
+
+// heldBy is a lease held by another node, as this node last saw it.
+type heldBy struct {
+	owner   string
+	renewed time.Time // the lease value's Created time: its owner's last renewal
+}
+
+// lostLease is a held lease that renewal found gone.
+type lostLease struct {
+	partition int
+	owner     string // who holds it now, "" when it expired or was deleted
+	err       error  // why the renewal failed
 }
 
 // lease is a partition lease this node holds: its KV revision and when it was last renewed.
@@ -110,7 +133,8 @@ func StartLeases(ctx context.Context, cfg LeaseConfig, seq *Sequencer, log zerol
 	if err != nil {
 		return nil, fmt.Errorf("leases: jetstream: %w", err)
 	}
-	l := &Leases{cfg: cfg, seq: seq, js: js, held: make(map[int]*lease), stop: make(chan struct{}), done: make(chan struct{}),
+	l := &Leases{cfg: cfg, seq: seq, js: js, started: time.Now(), losses: newIncidentLog(), handovers: newIncidentLog(),
+		held: make(map[int]*lease), contested: make(map[int]heldBy), stop: make(chan struct{}), done: make(chan struct{}),
 		log: log.With().Str("component", "leases").Str("node", cfg.NodeID).Logger()}
 	// A NATS cluster that just started may still be electing its JetStream leader: retry until
 	// ctx ends.
@@ -199,16 +223,23 @@ func (l *Leases) tick() {
 			l.release(p, held)
 		}
 	}
-	for _, p := range l.renewAll() {
-		l.log.Warn().Int("partition", p).Msg("lost partition lease")
-		l.seq.Release(p)
-		delete(l.held, p)
+	for _, lost := range l.renewAll() {
+		l.seq.metrics.lostLease()
+		line := l.losses.event(&l.log, zerolog.WarnLevel).Int("partition", lost.partition).AnErr("renewal", lost.err)
+		if lost.owner != "" {
+			line = line.Str("owner", lost.owner)
+		}
+		line.Msg("lost partition lease")
+		l.seq.Release(lost.partition)
+		delete(l.held, lost.partition)
 	}
+	contested := make(map[int]heldBy)
 	for _, p := range mine {
 		if _, ok := l.held[p]; !ok {
-			l.take(p)
+			l.take(p, contested)
 		}
 	}
+	l.contested = contested
 }
 
 func (l *Leases) heartbeat() ([]string, error) {
@@ -225,13 +256,13 @@ func (l *Leases) heartbeat() ([]string, error) {
 }
 
 // renewAll renews every held lease, several at a time so a tick stays short when NATS is slow,
-// and returns the partitions whose lease is gone. l.mu is held.
-func (l *Leases) renewAll() []int {
+// and returns the leases that are gone. l.mu is held.
+func (l *Leases) renewAll() []lostLease {
 	const parallel = 16
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
-		lost []int
+		lost []lostLease
 		sem  = make(chan struct{}, parallel)
 	)
 	for p, held := range l.held {
@@ -240,9 +271,9 @@ func (l *Leases) renewAll() []int {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if !l.renew(p, held) {
+			if gone := l.renew(p, held); gone != nil {
 				mu.Lock()
-				lost = append(lost, p)
+				lost = append(lost, *gone)
 				mu.Unlock()
 			}
 		}()
@@ -251,18 +282,20 @@ func (l *Leases) renewAll() []int {
 	return lost
 }
 
-// renew extends one lease by compare-and-set on its revision and reports whether it is still
-// this node's. When the outcome is unclear (a timeout, or a revision that moved on because an
-// earlier timed-out renewal did land) it reads the lease back: still ours means keep it; NATS
-// unreachable means keep it too, since lease.valid stops acks before it can have expired.
-func (l *Leases) renew(p int, held *lease) bool {
+// renew extends one lease by compare-and-set on its revision and returns nil while it is still
+// this node's, or what became of it. When the outcome is unclear (a timeout, or a revision that
+// moved on because an earlier timed-out renewal did land) it reads the lease back: still ours
+// means keep it; NATS unreachable means keep it too, since lease.valid stops acks before it can
+// have expired.
+func (l *Leases) renew(p int, held *lease) *lostLease {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
 	defer cancel()
-	rev, err := l.parts.Update(ctx, partitionKey(p), []byte(l.cfg.NodeID), held.revision)
-	if err == nil {
+	rev, renewErr := l.parts.Update(ctx, partitionKey(p), []byte(l.cfg.NodeID), held.revision)
+	if renewErr == nil {
 		held.revision = rev
 		held.renewed.Store(time.Now().UnixNano())
-		return true
+		l.seq.metrics.renewed()
+		return nil
 	}
 	readCtx, cancelRead := context.WithTimeout(context.Background(), leaseOpTimeout)
 	defer cancelRead()
@@ -270,54 +303,100 @@ func (l *Leases) renew(p int, held *lease) bool {
 	switch {
 	case err == nil && string(entry.Value()) == l.cfg.NodeID:
 		held.revision = entry.Revision() // renewed with this revision at the next tick
-		return true
-	case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
-		return true
+		return nil
+	case err == nil:
+		return &lostLease{partition: p, owner: string(entry.Value()), err: renewErr}
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil
 	}
-	return false
+	return &lostLease{partition: p, err: renewErr}
 }
 
-// take acquires a free partition assigned to this node and starts owning it. l.mu is held.
-func (l *Leases) take(p int) {
+// take acquires a free partition assigned to this node and starts owning it; a partition found
+// held by another node goes into contested. l.mu is held.
+func (l *Leases) take(p int, contested map[int]heldBy) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
 	defer cancel()
-	rev, err := l.acquire(ctx, p)
+	got, err := l.acquire(ctx, p, contested)
 	if err != nil {
 		return // still held by its previous owner; try again next tick
 	}
-	held := &lease{revision: rev}
+	held := &lease{revision: got.revision}
 	held.renewed.Store(time.Now().UnixNano())
 	if err := l.seq.Own(p, func() bool { return held.valid(l.cfg.TTL) }); err != nil {
 		l.log.Error().Err(err).Int("partition", p).Msg("own partition")
-		if err := l.parts.Delete(ctx, partitionKey(p), jetstream.LastRevision(rev)); err != nil {
+		if err := l.parts.Delete(ctx, partitionKey(p), jetstream.LastRevision(got.revision)); err != nil {
 			l.log.Warn().Err(err).Int("partition", p).Msg("give back lease")
 		}
 		return
 	}
 	l.held[p] = held
+	l.seq.metrics.handover(handoverAcquired)
+	line := l.handovers.event(&l.log, zerolog.InfoLevel).Int("partition", p)
+	if got.previous.owner != "" {
+		failover := time.Since(got.previous.renewed)
+		l.seq.metrics.failedOver(failover)
+		line = line.Str("previous", got.previous.owner).Dur("failover", failover)
+	}
+	line.Msg("acquired partition lease")
+}
+
+// acquisition is a lease this node just took.
+type acquisition struct {
+	revision uint64
+	// previous is the owner that held the lease without releasing it (it expired, or an earlier
+	// run of this node left it) and its last renewal; zero when the lease was free or released.
+	previous heldBy
 }
 
 // acquire takes a free partition lease, or one still held under this node's own id by a previous
-// run of this node (a restart need not wait for its own lease to expire).
-func (l *Leases) acquire(ctx context.Context, p int) (uint64, error) {
-	rev, err := l.parts.Create(ctx, partitionKey(p), []byte(l.cfg.NodeID))
-	if err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
-		return rev, err
+// run of this node (a restart need not wait for its own lease to expire). It tells a lease that
+// expired from one that was released by trying an update that expects no value first: that
+// succeeds only where the key has no entry at all, which is never after a release, since a release
+// leaves a delete marker (for a TTL).
+func (l *Leases) acquire(ctx context.Context, p int, contested map[int]heldBy) (acquisition, error) {
+	key, me := partitionKey(p), []byte(l.cfg.NodeID)
+	rev, err := l.parts.Update(ctx, key, me, 0)
+	if err == nil {
+		// No value and no delete marker: never held, or expired. If another node held it at the
+		// last tick, it let the lease expire.
+		return acquisition{revision: rev, previous: l.contested[p]}, nil
 	}
-	entry, err := l.parts.Get(ctx, partitionKey(p))
+	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+		return acquisition{}, err
+	}
+	entry, err := l.parts.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// A delete marker: released by its owner (or, rarely, expired between the two calls,
+		// and then counted as a release). Create writes over the marker.
+		rev, err := l.parts.Create(ctx, key, me)
+		return acquisition{revision: rev}, err
+	case err != nil:
+		return acquisition{}, fmt.Errorf("read lease %d: %w", p, err)
+	case string(entry.Value()) != l.cfg.NodeID:
+		contested[p] = heldBy{owner: string(entry.Value()), renewed: entry.Created()}
+		return acquisition{}, fmt.Errorf("partition %d is held by %s", p, entry.Value())
+	}
+	rev, err = l.parts.Update(ctx, key, me, entry.Revision())
 	if err != nil {
-		return 0, fmt.Errorf("read lease %d: %w", p, err)
+		return acquisition{}, err
 	}
-	if string(entry.Value()) != l.cfg.NodeID {
-		return 0, fmt.Errorf("partition %d is held by %s", p, entry.Value())
+	got := acquisition{revision: rev}
+	if entry.Created().Before(l.started) {
+		// Left by an earlier run of this node; one written since is this run's own (a take whose
+		// answer timed out), not a failover.
+		got.previous = heldBy{owner: l.cfg.NodeID, renewed: entry.Created()}
 	}
-	return l.parts.Update(ctx, partitionKey(p), []byte(l.cfg.NodeID), entry.Revision())
+	return got, nil
 }
 
 // release persists and answers what partition p queued, then deletes its lease. l.mu is held.
 func (l *Leases) release(p int, held *lease) {
 	l.seq.Release(p)
 	delete(l.held, p)
+	l.seq.metrics.handover(handoverReleased)
+	l.handovers.event(&l.log, zerolog.InfoLevel).Int("partition", p).Msg("released partition lease")
 	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
 	defer cancel()
 	if err := l.parts.Delete(ctx, partitionKey(p), jetstream.LastRevision(held.revision)); err != nil {

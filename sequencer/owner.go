@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
@@ -29,6 +31,12 @@ type partition struct {
 	done       chan struct{}
 	convs      map[string]*conversationState
 	recent     *recentIDs
+
+	// closed is set by stop once the subscription is gone. A delivery already under way when it
+	// went may still arrive: it is refused rather than queued after the loop has drained the queue,
+	// where nobody would answer it (and the queue depth would never come down).
+	mu     sync.Mutex
+	closed bool
 }
 
 // pending is a send waiting for its group commit.
@@ -49,7 +57,8 @@ type entry struct {
 	msg      storage.Message
 	result   *protocol.Message
 	code     string
-	assigned bool // the send was given a new seq in this batch
+	reason   string // why code is an error, one of the fail* reasons
+	assigned bool   // the send was given a new seq in this batch
 	// stored is the message as it is in the store, once that is known: new, or found again for a
 	// retry. It is published even if it cannot be acked.
 	stored *protocol.Message
@@ -88,6 +97,9 @@ func (p *partition) stop() {
 	if err := p.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		p.seq.log.Warn().Err(err).Int("partition", p.id).Msg("unsubscribe partition")
 	}
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
 	close(p.quit)
 	<-p.done
 }
@@ -96,12 +108,28 @@ func (p *partition) receive(m *nats.Msg) {
 	var req SendRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		p.seq.log.Error().Err(err).Int("partition", p.id).Msg("undecodable send request")
+		p.seq.metrics.answered(false, failInvalid)
 		p.respond(m.Reply, reply{Code: codeUnavailable})
 		return
 	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.seq.metrics.answered(false, failNotOwner)
+		p.respond(m.Reply, reply{Code: codeUnavailable})
+		return
+	}
+	// Counted before it is queued, so the loop taking it cannot bring the depth below zero.
+	p.seq.metrics.queued(1)
 	select {
 	case p.queue <- pending{req: req, replyTo: m.Reply}:
+		p.mu.Unlock()
 	default:
+		p.mu.Unlock()
+		p.seq.metrics.queued(-1)
+		p.seq.metrics.overflow()
+		p.seq.overflows.event(&p.seq.log, zerolog.WarnLevel).Int("partition", p.id).Str("conversation", req.ConversationID).
+			Int("queue", cap(p.queue)).Msg("partition queue full; send refused as retryable")
 		p.respond(m.Reply, reply{Code: codeUnavailable})
 	}
 }
@@ -129,6 +157,7 @@ func (p *partition) run() {
 // sends that arrive during a flush form the next batch, so batching adds no latency.
 func (p *partition) collect(first pending) []pending {
 	batch := []pending{first}
+	defer func() { p.seq.metrics.queued(-len(batch)) }() // taken: no longer waiting
 	for len(batch) < p.seq.cfg.MaxBatch {
 		select {
 		case next := <-p.queue:
@@ -145,6 +174,7 @@ func (p *partition) collect(first pending) []pending {
 func (p *partition) flush(batch []pending) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.seq.cfg.FlushTimeout)
 	defer cancel()
+	p.seq.metrics.batch(len(batch))
 
 	entries := make([]*entry, len(batch))
 	firstOfID := make(map[string]*entry, len(batch))
@@ -176,10 +206,11 @@ func (p *partition) flush(batch []pending) {
 	if p.stillOwner != nil && !p.stillOwner() {
 		// Another node holds the partition now; what was stored will be found by the new owner
 		// through the unique index when the client retries.
-		p.seq.log.Warn().Int("partition", p.id).Msg("lost partition before ack")
+		p.seq.staleAcks.event(&p.seq.log, zerolog.WarnLevel).Int("partition", p.id).Int("sends", len(batch)).
+			Msg("partition lease too old to ack; sends answered as retryable")
 		p.convs = make(map[string]*conversationState)
 		for _, e := range entries {
-			e.result, e.code = nil, codeUnavailable
+			e.result, e.code, e.reason = nil, codeUnavailable, failNotOwner
 		}
 	}
 	p.publish(entries)
@@ -190,6 +221,9 @@ func (p *partition) flush(batch []pending) {
 	}
 	for i, e := range entries {
 		p.respond(batch[i].replyTo, reply{Message: e.result, Code: e.code})
+		if req := batch[i].req; !req.Reload || req.Kind != "" { // a bare reload is not a send
+			p.seq.metrics.answered(e.result != nil, e.reason)
+		}
 	}
 }
 
@@ -198,19 +232,20 @@ func (p *partition) assign(ctx context.Context, e *entry, key string) {
 	c, err := p.conversation(ctx, e.req.ConversationID)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		e.code = codeNotMember
+		e.code, e.reason = codeNotMember, failNotMember
 		return
 	case err != nil:
 		p.seq.log.Error().Err(err).Str("conversation", e.req.ConversationID).Msg("load conversation")
-		e.code = codeUnavailable
+		e.code, e.reason = codeUnavailable, failStore
 		return
 	case e.req.Kind != storage.KindSystem && !c.members[e.req.SenderID]:
 		// System messages (membership changes) come from the server, for a sender who may have
 		// just left.
-		e.code = codeNotMember
+		e.code, e.reason = codeNotMember, failNotMember
 		return
 	}
 	if m, ok := p.recent.get(key); ok {
+		p.seq.metrics.recentHit()
 		e.result, e.stored = &m, &m
 		return
 	}
@@ -233,6 +268,10 @@ func (p *partition) assign(ctx context.Context, e *entry, key string) {
 // seqs of its conversation close up. A duplicate seq means another writer got there first: that
 // conversation's sends fail as retryable and its state is reloaded on the next send.
 func (p *partition) insert(ctx context.Context, fresh []*entry) {
+	if len(fresh) == 0 {
+		return
+	}
+	defer p.seq.metrics.inserted(time.Now())
 	rest := fresh
 	for len(rest) > 0 {
 		err := p.seq.store.InsertMessages(ctx, messagesOf(rest))
@@ -243,7 +282,7 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 		var dup *storage.DuplicateError
 		if !errors.As(err, &dup) || dup.Index >= len(rest) {
 			p.seq.log.Error().Err(err).Int("partition", p.id).Int("messages", len(rest)).Msg("persist batch")
-			p.fail(rest)
+			p.fail(rest, failStore)
 			return
 		}
 		markStored(rest[:dup.Index])
@@ -270,7 +309,7 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 			var keep []*entry
 			for _, e := range append([]*entry{bad}, after...) {
 				if e.msg.ConversationID == conv {
-					p.fail([]*entry{e})
+					p.fail([]*entry{e}, failSeqTaken)
 				} else {
 					keep = append(keep, e)
 				}
@@ -278,18 +317,18 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 			after = keep
 		default:
 			p.seq.log.Error().Err(err).Str("conversation", conv).Msg("look up duplicate send")
-			p.fail(append([]*entry{bad}, after...))
+			p.fail(append([]*entry{bad}, after...), failStore)
 			return
 		}
 		rest = after
 	}
 }
 
-// fail answers entries as retryable and forgets their conversations, whose seqs may now be
-// anywhere between the remembered and the assigned value.
-func (p *partition) fail(entries []*entry) {
+// fail answers entries as retryable for reason and forgets their conversations, whose seqs may
+// now be anywhere between the remembered and the assigned value.
+func (p *partition) fail(entries []*entry, reason string) {
 	for _, e := range entries {
-		e.result, e.code, e.assigned, e.stored = nil, codeUnavailable, false, nil
+		e.result, e.code, e.reason, e.assigned, e.stored = nil, codeUnavailable, reason, false, nil
 		delete(p.convs, e.req.ConversationID)
 	}
 }
@@ -308,7 +347,7 @@ func (p *partition) advanceLastSeq(ctx context.Context, entries []*entry) {
 		for _, e := range entries {
 			if e.result != nil {
 				p.recent.add(recentKey(e.req.ConversationID, e.req.ClientMsgID), *e.result)
-				e.result, e.code = nil, codeUnavailable
+				e.result, e.code, e.reason = nil, codeUnavailable, failStore
 			}
 		}
 	}

@@ -71,6 +71,11 @@ type Sequencer struct {
 	nc    *nats.Conn
 	store Store
 	log   zerolog.Logger
+	// metrics is cfg.Metrics, nil when nothing is recorded.
+	metrics *Metrics
+	// overflows and staleAcks rate-limit the incident lines of full queues and of batches not
+	// acked because the lease was too old.
+	overflows, staleAcks *incidentLog
 
 	mu    sync.Mutex
 	owned map[int]*partition
@@ -82,11 +87,14 @@ func New(cfg Config, nc *nats.Conn, store Store, log zerolog.Logger) (*Sequencer
 		return nil, err
 	}
 	return &Sequencer{
-		cfg:   cfg.withDefaults(),
-		nc:    nc,
-		store: store,
-		log:   log.With().Str("component", "sequencer").Logger(),
-		owned: make(map[int]*partition),
+		cfg:       cfg.withDefaults(),
+		nc:        nc,
+		store:     store,
+		log:       log.With().Str("component", "sequencer").Logger(),
+		metrics:   cfg.Metrics,
+		overflows: newIncidentLog(),
+		staleAcks: newIncidentLog(),
+		owned:     make(map[int]*partition),
 	}, nil
 }
 
@@ -191,6 +199,7 @@ func (s *Sequencer) Own(p int, fenced func() bool) error {
 		return fmt.Errorf("own partition %d: %w", p, err)
 	}
 	s.owned[p] = part
+	s.metrics.owned(len(s.owned))
 	s.log.Debug().Int("partition", p).Msg("owning partition")
 	return nil
 }
@@ -210,6 +219,7 @@ func (s *Sequencer) Release(p int) {
 	s.mu.Lock()
 	part, ok := s.owned[p]
 	delete(s.owned, p)
+	s.metrics.owned(len(s.owned))
 	s.mu.Unlock()
 	if ok {
 		part.stop()

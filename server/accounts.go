@@ -32,19 +32,21 @@ const (
 	tokenSubprotocolPrefix = "chatd.token."
 )
 
-// refusal is why a request is not let in: the HTTP status and the text the client gets.
+// refusal is why a request is not let in: the HTTP status, the text the client gets and the
+// reason it is counted under (chatd_connection_refusals_total).
 type refusal struct {
 	status int
 	msg    string
+	reason string
 }
 
 func (r *refusal) Error() string { return r.msg }
 
 var (
-	errNoToken      = &refusal{http.StatusUnauthorized, "invalid or missing token"}
-	errNoAccount    = &refusal{http.StatusUnauthorized, "no such account"}
-	errRevoked      = &refusal{http.StatusUnauthorized, "token revoked; sign in again"}
-	errAccountStore = &refusal{http.StatusServiceUnavailable, "could not load the account; try again"}
+	errNoToken      = &refusal{http.StatusUnauthorized, "invalid or missing token", reasonToken}
+	errNoAccount    = &refusal{http.StatusUnauthorized, "no such account", reasonAccount}
+	errRevoked      = &refusal{http.StatusUnauthorized, "token revoked; sign in again", reasonRevoked}
+	errAccountStore = &refusal{http.StatusServiceUnavailable, "could not load the account; try again", reasonUnavailable}
 )
 
 // requestToken finds the bearer token: the Authorization header, else a WebSocket subprotocol

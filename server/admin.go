@@ -14,12 +14,9 @@ import (
 // adminTimeout bounds one admin call's store write and publish.
 const adminTimeout = 10 * time.Second
 
-// adminRoutes adds the operators' API under /admin/, on the node's own listener and behind its
-// own secret. Without a secret the API does not exist: every /admin/ path is 404.
+// adminRoutes adds the operators' API under /admin/, on the admin listener and behind its own
+// secret. Without a secret the API does not exist: every /admin/ path is 404.
 func (s *Server) adminRoutes(mux *http.ServeMux) {
-	notFound := func(w http.ResponseWriter, _ *http.Request) { writeError(w, http.StatusNotFound, "not found") }
-	mux.HandleFunc("GET /admin/", notFound) // not the page's 404 of "GET /"
-	mux.HandleFunc("POST /admin/", notFound)
 	if len(s.cfg.AdminSecret) == 0 {
 		return
 	}

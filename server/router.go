@@ -24,6 +24,7 @@ type router struct {
 	chat        *chat.Service
 	sendTimeout time.Duration
 	opTimeout   time.Duration
+	metrics     *Metrics
 	log         zerolog.Logger
 }
 
@@ -37,6 +38,11 @@ func (r *router) Opened(ctx context.Context, s *session.Session) error {
 	}
 	total, err := r.chat.Open(ctx, socket{s})
 	if err != nil {
+		if errors.Is(err, chat.ErrTooManyConnections) {
+			r.metrics.refused(reasonTooManyConns)
+		} else {
+			r.metrics.refused(reasonOpenFailed)
+		}
 		return wireError(err) // rate_limited closes with 4029
 	}
 	if err := s.Reply(ctx, protocol.ServerFrame{Type: protocol.TypeBadge, Total: &total}); err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/auth"
@@ -56,6 +59,10 @@ type Config struct {
 	// NodeID and Owned describe the node on /debug/partitions.
 	NodeID string
 	Owned  func() []int
+	// Metrics, if set, counts refused connections; nil records nothing.
+	Metrics *Metrics
+	// Gatherer, if set, is what the admin listener's /metrics exposes; nil means no /metrics.
+	Gatherer prometheus.Gatherer
 }
 
 // Server serves one node's HTTP and WebSocket traffic.
@@ -95,11 +102,13 @@ func New(cfg Config, a *auth.Authenticator, service *chat.Service, users Users, 
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, auth: a, chat: service, users: users, log: log,
 		seclog: newSecurityLog(log), accounts: newAccountCache(),
-		router: &router{chat: service, sendTimeout: cfg.SendTimeout, opTimeout: cfg.OpTimeout, log: log},
+		router: &router{chat: service, sendTimeout: cfg.SendTimeout, opTimeout: cfg.OpTimeout, metrics: cfg.Metrics, log: log},
 		limits: session.NewLimits(cfg.Session), sessionCtx: ctx, stopSessions: cancel}, nil
 }
 
-// Handler routes the node's endpoints.
+// Handler routes the public endpoints: the WebSocket, the JSON API, the health checks and the
+// page. Operators' endpoints (metrics, debug, admin API) are only on AdminHandler; here they are
+// 404, so a reverse proxy that forwards everything still exposes none of them.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ws", s.serveWebSocket)
@@ -107,13 +116,49 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/badge", s.authed(s.badge))
 	mux.HandleFunc("DELETE /api/account", s.authed(s.deleteAccount))
 	mux.HandleFunc("POST /api/read", s.authed(s.read))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.HandleFunc("GET /debug/partitions", s.partitions)
-	s.adminRoutes(mux)
+	s.healthRoutes(mux)
+	// The JSON 404, not the page's 404 of "GET /".
+	for _, route := range []string{"GET /metrics", "GET /debug/", "GET /admin/", "POST /admin/"} {
+		mux.HandleFunc(route, notFound)
+	}
 	mux.Handle("GET /", web.Handler())
 	return mux
 }
+
+// AdminHandler routes the operators' endpoints, served on the node's admin listener (loopback by
+// default): /metrics, the health checks, /debug/partitions, /debug/pprof/ and the admin API.
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	if s.cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: promLog{s.log}}))
+	}
+	s.healthRoutes(mux)
+	mux.HandleFunc("GET /debug/partitions", s.partitions)
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	s.adminRoutes(mux)
+	mux.HandleFunc("/", notFound)
+	return mux
+}
+
+// healthRoutes adds /healthz and /readyz, on both listeners: probes of a load balancer reach the
+// public port, and they say nothing beyond "ready" or which dependency is missing.
+func (s *Server) healthRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+}
+
+func notFound(w http.ResponseWriter, _ *http.Request) {
+	writeError(w, http.StatusNotFound, "not found")
+}
+
+// promLog sends the metrics handler's errors to the node's log.
+type promLog struct{ log zerolog.Logger }
+
+func (l promLog) Println(v ...any) { l.log.Error().Msg(fmt.Sprint(v...)) }
 
 // CloseSessions tells every session to close with a going-away code (so clients reconnect to
 // another node) and waits until they have, or until ctx ends.
@@ -149,6 +194,7 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, userID st
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
+		s.cfg.Metrics.refused(reasonDraining)
 		writeError(w, http.StatusServiceUnavailable, "node is shutting down")
 		return
 	}
@@ -156,11 +202,13 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	// production, created) before its 403.
 	if err := checkOrigin(r, s.cfg.AllowedOrigins); err != nil {
 		s.seclog.refused(eventOrigin, r, "", err.Error())
+		s.cfg.Metrics.refused(reasonOrigin)
 		writeError(w, http.StatusForbidden, "origin not allowed")
 		return
 	}
 	userID, refused := s.check(r)
 	if refused != nil {
+		s.cfg.Metrics.refused(refused.reason)
 		writeError(w, refused.status, refused.msg)
 		return
 	}
@@ -169,6 +217,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// Accept has already answered the request (400 for a bad upgrade).
 		s.seclog.refused(eventUpgrade, r, userID, err.Error())
+		s.cfg.Metrics.refused(reasonUpgrade)
 		return
 	}
 	s.sessions.Add(1)

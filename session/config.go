@@ -112,6 +112,8 @@ type Config struct {
 	// it is closed with StatusPolicyAbuse.
 	AbuseRate  float64
 	AbuseBurst int
+	// Metrics, if set, records connections and frames; nil records nothing.
+	Metrics *Metrics
 }
 
 // DefaultConfig returns the configuration with every default filled in.

@@ -109,7 +109,8 @@ func startServer(t *testing.T, o serverOptions) *server {
 		}
 		serving.Add(1)
 		defer serving.Done()
-		s := session.New(conn, r.URL.Query().Get("user"), o.cfg, o.limits, log)
+		// As the server does, so that tests see the remote address in the session's logs.
+		s := session.New(conn, r.URL.Query().Get("user"), o.cfg, o.limits, log.With().Str("remote", r.RemoteAddr).Logger())
 		if err := s.Serve(context.Background(), h); err != nil {
 			t.Errorf("serve: %v", err)
 		}

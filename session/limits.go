@@ -8,10 +8,16 @@ import (
 )
 
 // Limits holds the rate limiters each user shares across all that user's sessions on this node,
-// so a user who opens more connections does not get more budget. It is safe for concurrent use.
-// A user's entry lives while that user has a session, and is freed when the last one ends.
+// so a user who opens more connections does not get more budget, and the budget of log lines
+// about cut sessions that all its sessions share. It is safe for concurrent use. A user's entry
+// lives while that user has a session, and is freed when the last one ends.
 type Limits struct {
 	cfg Config
+	// cutLog spaces the warn lines of cut sessions. It lives here, not in Config or Metrics,
+	// because a Limits is what a node's sessions already share (one per server), so the budget
+	// is per process without a global; Config is copied into every session, and Metrics only
+	// counts. Sessions without a Limits log every cut, at most one line each.
+	cutLog logBudget
 
 	mu    sync.Mutex
 	users map[string]*UserLimits // guarded by mu
@@ -29,7 +35,7 @@ type UserLimits struct {
 // NewLimits returns an empty set of per-user budgets sized by cfg's SendRate, SendBurst,
 // UserFrameRate and UserFrameBurst (zero fields take the defaults).
 func NewLimits(cfg Config) *Limits {
-	return &Limits{cfg: cfg.withDefaults()}
+	return &Limits{cfg: cfg.withDefaults(), cutLog: logBudget{limiter: rate.NewLimiter(cutLogRate, cutLogBurst)}}
 }
 
 // Acquire returns userID's shared budget, creating it for the user's first session. Every
@@ -121,4 +127,42 @@ func cancel(r *rate.Reservation, now time.Time) {
 	if r != nil {
 		r.CancelAt(now)
 	}
+}
+
+// Cut sessions are logged at warn, with user, session and remote address, so that an incident
+// can be traced; but a network blip or a burst of fan-out can cut thousands of sessions at once,
+// and one line each would fill the disk. The sessions sharing a Limits share this budget; the
+// line after a gap says how many were suppressed, and chatd_connections_closed_total counts
+// every cut by its code.
+const (
+	cutLogRate  = 5  // lines per second, sustained
+	cutLogBurst = 20 // lines at once: enough to name the first users and addresses of an incident
+)
+
+// logBudget spaces log lines written by many sessions and counts the lines it held back.
+type logBudget struct {
+	limiter *rate.Limiter
+
+	mu         sync.Mutex
+	suppressed int64 // lines held back since the last one written; guarded by mu
+}
+
+// take reports whether a line may be written now and, if so, how many were held back before it.
+func (b *logBudget) take() (suppressed int64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.limiter.Allow() {
+		b.suppressed++
+		return 0, false
+	}
+	suppressed, b.suppressed = b.suppressed, 0
+	return suppressed, true
+}
+
+// takeCutLog takes from the shared budget of cut lines; with nil Limits every line may be written.
+func (l *Limits) takeCutLog() (suppressed int64, ok bool) {
+	if l == nil {
+		return 0, true
+	}
+	return l.cutLog.take()
 }

@@ -58,7 +58,7 @@ type ephFrame struct {
 // hidden or deleted notice) without blocking. A reader may fall behind for a moment: the Push
 // bytes waiting may pass MaxQueuedBytes. If they stay past it for SlowConsumerGrace, or reach
 // slowConsumerHardFactor times it, the client cannot take what it must receive: the session is
-// closed with StatusSlowConsumer (logged at warn), the frame is dropped and false is returned;
+// closed with StatusSlowConsumer (logged at warn, within the budget of cut lines), the frame is dropped and false is returned;
 // the client fills the gap with a sync when it reconnects. Push also returns false once the
 // session is closing.
 func (s *Session) Push(frame []byte) bool {
@@ -76,9 +76,11 @@ func (s *Session) Push(frame []byte) bool {
 		behind := now.Sub(q.overSince)
 		if queued > slowConsumerHardFactor*s.cfg.MaxQueuedBytes || behind > s.cfg.SlowConsumerGrace {
 			q.mu.Unlock()
-			s.log.Warn().Int("queuedBytes", queued).Dur("behind", behind).
-				Msg("slow consumer: write queue full; closing")
-			s.Close(StatusSlowConsumer, "slow consumer: write queue full")
+			if s.closeWith(StatusSlowConsumer, "slow consumer: write queue full") {
+				s.cfg.Metrics.slowConsumerCut()
+				s.cutLog(StatusSlowConsumer).Int("queuedBytes", queued).Dur("behind", behind).
+					Msg("slow consumer: write queue full; closing")
+			}
 			return false
 		}
 	}
@@ -148,10 +150,12 @@ func (s *Session) PushEphemeral(key string, frame []byte) {
 	if e := q.eph[key]; e != nil {
 		e.data = frame
 		q.dropped++
+		s.cfg.Metrics.ephemeralCoalesced()
 		return
 	}
 	if q.ephOrder.len() >= s.cfg.MaxEphemeral {
 		q.dropped++
+		s.cfg.Metrics.ephemeralDropped()
 		return
 	}
 	e := &ephFrame{key: key, data: frame}

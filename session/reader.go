@@ -25,10 +25,18 @@ func (s *Session) readLoop(connCtx, handlerCtx context.Context, h Handler) {
 	for {
 		typ, data, err := s.conn.Read(connCtx)
 		if err != nil {
-			if status := websocket.CloseStatus(err); status != -1 {
+			// The session ends with the code observed, so the close metrics tell clients that
+			// left (1000, 1001) from connections that broke (1006).
+			switch status := websocket.CloseStatus(err); {
+			case status != -1:
 				s.Close(status, "")
-			} else if !errors.Is(err, context.Canceled) {
+			case errors.Is(err, context.Canceled):
+				// The writer has ended the connection, after the session was closed.
+			case errors.Is(err, websocket.ErrMessageTooBig):
+				s.Close(websocket.StatusMessageTooBig, "") // the library has sent this code
+			default:
 				s.log.Debug().Err(err).Msg("read")
+				s.Close(websocket.StatusAbnormalClosure, "")
 			}
 			return
 		}
@@ -46,16 +54,17 @@ func (s *Session) admit(connCtx, handlerCtx context.Context, h Handler, typ webs
 	if typ == websocket.MessageText {
 		f, decodeErr = protocol.DecodeClientFrame(data)
 	}
+	s.cfg.Metrics.frameReceived(f.Type) // empty when the frame did not decode
 	if retry, ok := take(s.frames, s.user.frames); !ok {
 		s.refuse(connCtx, f.ID, "too many frames; slow down", retry, &s.refused.frames)
 		return
 	}
 	switch {
 	case typ != websocket.MessageText:
-		s.replyInline(connCtx, protocol.ErrorFrame("", protocol.Errorf(protocol.CodeBadFrame, "frames must be text")))
+		s.answerError(connCtx, "", protocol.Errorf(protocol.CodeBadFrame, "frames must be text"))
 		return
 	case decodeErr != nil:
-		s.replyInline(connCtx, protocol.ErrorFrame(f.ID, protocol.AsError(decodeErr)))
+		s.answerError(connCtx, f.ID, protocol.AsError(decodeErr))
 		return
 	case f.Type == protocol.TypePing:
 		// Browsers cannot see WebSocket pings; this lets a page notice a dead connection.
@@ -121,7 +130,7 @@ func (s *Session) handle(ctx context.Context, h Handler, f protocol.ClientFrame)
 	if pe.Code == protocol.CodeInternal {
 		s.log.Error().Err(err).Str("type", f.Type).Msg("handle frame")
 	}
-	_ = s.Reply(ctx, protocol.ErrorFrame(f.ID, pe)) // fails only when the session is ending
+	s.answerError(ctx, f.ID, pe)
 }
 
 // replyInline queues the reader's own answer. It waits for room like any reply: only this
@@ -130,18 +139,26 @@ func (s *Session) replyInline(ctx context.Context, f protocol.ServerFrame) {
 	_ = s.Reply(ctx, f) // fails only when the session is ending
 }
 
+// answerError answers the client frame id with an error frame and counts it as refused.
+func (s *Session) answerError(ctx context.Context, id string, pe *protocol.Error) {
+	if s.Reply(ctx, protocol.ErrorFrame(id, pe)) == nil { // fails only when the session is ending
+		s.cfg.Metrics.frameRefused(pe.Code)
+	}
+}
+
 // refuse answers a frame refused by a limit with a retryable rate_limited error, counts it,
 // and closes the connection once refusals themselves pass AbuseRate and AbuseBurst.
 func (s *Session) refuse(ctx context.Context, id, msg string, retryAfter time.Duration, count *int64) {
 	*count++
 	s.refused.log(s)
 	if s.abuse != nil && !s.abuse.Allow() {
-		s.log.Warn().Int64("refusedFrames", s.refused.total()).Msg("too many refused frames; closing")
-		s.Close(StatusPolicyAbuse, "too many refused frames")
+		if s.closeWith(StatusPolicyAbuse, "too many refused frames") {
+			s.cutLog(StatusPolicyAbuse).Int64("refusedFrames", s.refused.total()).Msg("too many refused frames; closing")
+		}
 		return
 	}
-	s.replyInline(ctx, protocol.ErrorFrame(id, &protocol.Error{Code: protocol.CodeRateLimited,
-		Message: msg, Retryable: true, RetryAfter: retryAfter}))
+	s.answerError(ctx, id, &protocol.Error{Code: protocol.CodeRateLimited,
+		Message: msg, Retryable: true, RetryAfter: retryAfter})
 }
 
 // refusals counts one session's refused frames by cause for rate-limited logging.

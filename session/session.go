@@ -114,12 +114,37 @@ func (s *Session) Context() context.Context { return s.ctx }
 // Close ends the session with a close code; the first call wins. Frames already queued are
 // still written (within WriteTimeout), except after a slow-consumer cut.
 func (s *Session) Close(code websocket.StatusCode, reason string) {
+	s.closeWith(code, reason)
+}
+
+// closeWith is Close that reports whether this call closed the session, so that a cut is logged
+// and counted once however many goroutines find the reason for it at the same time.
+func (s *Session) closeWith(code websocket.StatusCode, reason string) bool {
+	won := false
 	s.closeOnce.Do(func() {
+		won = true
 		s.closeCode, s.closeMsg = code, reason
 		s.out.close()
 		s.cancel()
 		close(s.closed)
 	})
+	return won
+}
+
+// cutLog returns a warn event for a session the server cuts (code says why), carrying the user,
+// the session and what the caller of New put in the logger (the server puts the remote address).
+// It returns nil, on which zerolog's Event methods do nothing, when the cut lines of the sessions
+// sharing this session's Limits are over their budget; the next line written counts those.
+func (s *Session) cutLog(code websocket.StatusCode) *zerolog.Event {
+	suppressed, ok := s.limits.takeCutLog()
+	if !ok {
+		return nil
+	}
+	ev := s.log.Warn().Int("closeCode", int(code))
+	if suppressed > 0 {
+		ev = ev.Int64("suppressedCutLogs", suppressed)
+	}
+	return ev
 }
 
 // Done is closed when the session is closing.
@@ -142,8 +167,12 @@ func (s *Session) Serve(ctx context.Context, h Handler) error {
 			s.Close(websocket.StatusInternalError, "could not open session")
 		}
 		_ = s.conn.Close(s.closeCode, s.closeMsg)
+		s.cfg.Metrics.sessionClosed(s.closeCode) // not opened: the open gauge never counted it
 		return fmt.Errorf("open session: %w", err)
 	}
+	s.cfg.Metrics.sessionOpened()
+	// closeCode is read once the session has ended, when it is set for good.
+	defer func() { s.cfg.Metrics.sessionEnded(s.closeCode) }()
 
 	// The connection's own context outlives ctx: on shutdown the writer must still flush and
 	// send the close frame, and only then is the reader cut off. Handlers get a context that

@@ -51,9 +51,8 @@ func (s *Session) writeLoop(ctx context.Context) {
 			}
 		case err := <-pinged:
 			pinging = false
-			if err != nil {
-				s.log.Debug().Err(err).Msg("ping")
-				s.Close(websocket.StatusPolicyViolation, "ping timeout")
+			if err != nil && s.closeWith(websocket.StatusPolicyViolation, "ping timeout") {
+				s.cutLog(websocket.StatusPolicyViolation).Err(err).Msg("ping timeout; closing")
 			}
 		case <-s.closed:
 		}
@@ -147,5 +146,6 @@ func (s *Session) write(ctx context.Context, frame []byte) error {
 	if err := s.conn.Write(ctx, websocket.MessageText, frame); err != nil {
 		return fmt.Errorf("write frame: %w", err)
 	}
+	s.cfg.Metrics.frameWritten(len(frame))
 	return nil
 }

@@ -26,9 +26,10 @@ func blockID(blocker, blocked string) string { return blocker + "|" + blocked }
 
 // Block stores that blocker blocks blocked. Blocking again changes nothing (the first createdAt
 // stays).
-func (s *Store) Block(ctx context.Context, blocker, blocked string, at time.Time) error {
+func (s *Store) Block(ctx context.Context, blocker, blocked string, at time.Time) (err error) {
+	defer s.metrics.observe(opBlock, time.Now(), &err)
 	id := blockID(blocker, blocked)
-	_, err := s.blocks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+	_, err = s.blocks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
 		bson.D{{Key: "$setOnInsert", Value: Block{ID: id, Blocker: blocker, Blocked: blocked, CreatedAt: at}}},
 		options.UpdateOne().SetUpsert(true))
 	// Two concurrent upserts of one _id may both insert on MongoDB; the loser's duplicate key
@@ -40,7 +41,8 @@ func (s *Store) Block(ctx context.Context, blocker, blocked string, at time.Time
 }
 
 // Unblock removes blocker's block of blocked; removing one that does not exist changes nothing.
-func (s *Store) Unblock(ctx context.Context, blocker, blocked string) error {
+func (s *Store) Unblock(ctx context.Context, blocker, blocked string) (err error) {
+	defer s.metrics.observe(opUnblock, time.Now(), &err)
 	if _, err := s.blocks.DeleteOne(ctx, bson.D{{Key: "_id", Value: blockID(blocker, blocked)}}); err != nil {
 		return fmt.Errorf("unblock %s for %s: %w", blocked, blocker, err)
 	}
@@ -48,7 +50,8 @@ func (s *Store) Unblock(ctx context.Context, blocker, blocked string) error {
 }
 
 // BlocksOf returns the users blocker blocks, sorted.
-func (s *Store) BlocksOf(ctx context.Context, blocker string) ([]string, error) {
+func (s *Store) BlocksOf(ctx context.Context, blocker string) (_ []string, err error) {
+	defer s.metrics.observe(opBlocksOf, time.Now(), &err)
 	cur, err := s.blocks.Find(ctx, bson.D{{Key: "blocker", Value: blocker}},
 		options.Find().SetProjection(bson.D{{Key: "blocked", Value: 1}}))
 	if err != nil {
@@ -68,7 +71,8 @@ func (s *Store) BlocksOf(ctx context.Context, blocker string) ([]string, error) 
 
 // Blocked reports whether a block stands between a and b, in either direction: two exact _id
 // lookups.
-func (s *Store) Blocked(ctx context.Context, a, b string) (bool, error) {
+func (s *Store) Blocked(ctx context.Context, a, b string) (_ bool, err error) {
+	defer s.metrics.observe(opBlocked, time.Now(), &err)
 	for _, id := range []string{blockID(a, b), blockID(b, a)} {
 		_, err := findByID[Block](ctx, s.blocks, id)
 		if err == nil {
@@ -83,7 +87,8 @@ func (s *Store) Blocked(ctx context.Context, a, b string) (bool, error) {
 
 // BlockedWith returns those of others with a block between them and userID, in either direction,
 // in the order of others: one query on _id, for a group created or extended.
-func (s *Store) BlockedWith(ctx context.Context, userID string, others []string) ([]string, error) {
+func (s *Store) BlockedWith(ctx context.Context, userID string, others []string) (_ []string, err error) {
+	defer s.metrics.observe(opBlockedWith, time.Now(), &err)
 	if len(others) == 0 {
 		return nil, nil
 	}

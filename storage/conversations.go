@@ -43,9 +43,10 @@ func (c Conversation) IsMember(userID string) bool {
 // EnsureConversation stores c unless a conversation with its id exists, and returns the stored
 // one. Opening the same DM twice therefore yields the one conversation of that pair. Every member
 // gets a read cursor.
-func (s *Store) EnsureConversation(ctx context.Context, c Conversation) (Conversation, error) {
+func (s *Store) EnsureConversation(ctx context.Context, c Conversation) (_ Conversation, err error) {
+	defer s.metrics.observe(opEnsureConversation, time.Now(), &err)
 	var stored Conversation
-	err := s.conversations.FindOneAndUpdate(ctx,
+	err = s.conversations.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: c.ID}},
 		bson.D{{Key: "$setOnInsert", Value: c}},
 		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
@@ -60,12 +61,14 @@ func (s *Store) EnsureConversation(ctx context.Context, c Conversation) (Convers
 }
 
 // Conversation returns one conversation, or ErrNotFound.
-func (s *Store) Conversation(ctx context.Context, id string) (Conversation, error) {
+func (s *Store) Conversation(ctx context.Context, id string) (_ Conversation, err error) {
+	defer s.metrics.observe(opConversation, time.Now(), &err)
 	return findByID[Conversation](ctx, s.conversations, id)
 }
 
 // ConversationsOf returns every conversation userID is a member of.
-func (s *Store) ConversationsOf(ctx context.Context, userID string) ([]Conversation, error) {
+func (s *Store) ConversationsOf(ctx context.Context, userID string) (_ []Conversation, err error) {
+	defer s.metrics.observe(opConversationsOf, time.Now(), &err)
 	cur, err := s.conversations.Find(ctx, bson.D{{Key: "members", Value: userID}})
 	if err != nil {
 		return nil, fmt.Errorf("find conversations of %s: %w", userID, err)
@@ -78,7 +81,8 @@ func (s *Store) ConversationsOf(ctx context.Context, userID string) ([]Conversat
 }
 
 // AdvanceLastSeq raises each conversation's lastSeq to at least the given seq, in one bulk write.
-func (s *Store) AdvanceLastSeq(ctx context.Context, lastSeqs map[string]int64) error {
+func (s *Store) AdvanceLastSeq(ctx context.Context, lastSeqs map[string]int64) (err error) {
+	defer s.metrics.observe(opAdvanceLastSeq, time.Now(), &err)
 	if len(lastSeqs) == 0 {
 		return nil
 	}
@@ -95,8 +99,9 @@ func (s *Store) AdvanceLastSeq(ctx context.Context, lastSeqs map[string]int64) e
 }
 
 // AddMembers adds users to a group, each with a read cursor.
-func (s *Store) AddMembers(ctx context.Context, id string, userIDs []string) error {
-	_, err := s.conversations.UpdateOne(ctx,
+func (s *Store) AddMembers(ctx context.Context, id string, userIDs []string) (err error) {
+	defer s.metrics.observe(opAddMembers, time.Now(), &err)
+	_, err = s.conversations.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}},
 		bson.D{{Key: "$addToSet", Value: bson.D{{Key: "members", Value: bson.D{{Key: "$each", Value: userIDs}}}}}})
 	if err != nil {
@@ -106,8 +111,9 @@ func (s *Store) AddMembers(ctx context.Context, id string, userIDs []string) err
 }
 
 // RemoveMember removes a user from a group, with their read cursor.
-func (s *Store) RemoveMember(ctx context.Context, id, userID string) error {
-	_, err := s.conversations.UpdateOne(ctx,
+func (s *Store) RemoveMember(ctx context.Context, id, userID string) (err error) {
+	defer s.metrics.observe(opRemoveMember, time.Now(), &err)
+	_, err = s.conversations.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}},
 		bson.D{{Key: "$pull", Value: bson.D{{Key: "members", Value: userID}}}})
 	if err != nil {

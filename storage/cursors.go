@@ -55,7 +55,8 @@ func (s *Store) createCursors(ctx context.Context, conversationID string, member
 // AdvanceCursors raises each cursor to at least its ReadSeq with one unordered bulk of $max
 // updates, so out-of-order reports never move a cursor back. Cursors of users who are no longer
 // members do not exist and are not recreated.
-func (s *Store) AdvanceCursors(ctx context.Context, cursors []Cursor) error {
+func (s *Store) AdvanceCursors(ctx context.Context, cursors []Cursor) (err error) {
+	defer s.metrics.observe(opAdvanceCursors, time.Now(), &err)
 	if len(cursors) == 0 {
 		return nil
 	}
@@ -75,7 +76,8 @@ func (s *Store) AdvanceCursors(ctx context.Context, cursors []Cursor) error {
 }
 
 // CursorsOf returns every read cursor of a user.
-func (s *Store) CursorsOf(ctx context.Context, userID string) ([]Cursor, error) {
+func (s *Store) CursorsOf(ctx context.Context, userID string) (_ []Cursor, err error) {
+	defer s.metrics.observe(opCursorsOf, time.Now(), &err)
 	cur, err := s.cursors.Find(ctx, bson.D{{Key: "userId", Value: userID}})
 	if err != nil {
 		return nil, fmt.Errorf("find cursors of %s: %w", userID, err)
@@ -98,7 +100,8 @@ func readersFilter(conversationID string, seq int64, senderID string) bson.D {
 }
 
 // CountReaders counts the members other than senderID who have read seq, without listing them.
-func (s *Store) CountReaders(ctx context.Context, conversationID string, seq int64, senderID string) (int64, error) {
+func (s *Store) CountReaders(ctx context.Context, conversationID string, seq int64, senderID string) (_ int64, err error) {
+	defer s.metrics.observe(opCountReaders, time.Now(), &err)
 	n, err := s.cursors.CountDocuments(ctx, readersFilter(conversationID, seq, senderID))
 	if err != nil {
 		return 0, fmt.Errorf("count readers of %s/%d: %w", conversationID, seq, err)
@@ -107,7 +110,8 @@ func (s *Store) CountReaders(ctx context.Context, conversationID string, seq int
 }
 
 // Readers lists up to limit members other than senderID who have read seq.
-func (s *Store) Readers(ctx context.Context, conversationID string, seq int64, senderID string, limit int64) ([]Cursor, error) {
+func (s *Store) Readers(ctx context.Context, conversationID string, seq int64, senderID string, limit int64) (_ []Cursor, err error) {
+	defer s.metrics.observe(opReaders, time.Now(), &err)
 	cur, err := s.cursors.Find(ctx, readersFilter(conversationID, seq, senderID), options.Find().SetLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("find readers of %s/%d: %w", conversationID, seq, err)

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -21,7 +22,8 @@ func tombstone(clearSender bool) bson.D {
 
 // DeleteMessage tombstones one message of senderID ("delete for everyone"). It returns
 // ErrNotFound when the conversation has no such live message from that sender.
-func (s *Store) DeleteMessage(ctx context.Context, conversationID string, seq int64, senderID string) error {
+func (s *Store) DeleteMessage(ctx context.Context, conversationID string, seq int64, senderID string) (err error) {
+	defer s.metrics.observe(opDeleteMessage, time.Now(), &err)
 	res, err := s.messages.UpdateOne(ctx, bson.D{
 		{Key: "conversationId", Value: conversationID},
 		{Key: "seq", Value: seq},
@@ -51,8 +53,9 @@ func (s *Store) countDeleted(ctx context.Context, conversationID string, n int64
 
 // HideConversation hides a conversation from one user's list until a message after lastSeq
 // arrives, and marks everything up to lastSeq read, so only newer messages count as unread.
-func (s *Store) HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error {
-	_, err := s.cursors.UpdateOne(ctx, bson.D{{Key: "_id", Value: cursorID(userID, conversationID)}},
+func (s *Store) HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) (err error) {
+	defer s.metrics.observe(opHideConversation, time.Now(), &err)
+	_, err = s.cursors.UpdateOne(ctx, bson.D{{Key: "_id", Value: cursorID(userID, conversationID)}},
 		bson.D{{Key: "$max", Value: bson.D{{Key: "readSeq", Value: lastSeq}, {Key: "hiddenSeq", Value: lastSeq}}}})
 	if err != nil {
 		return fmt.Errorf("hide %s for %s: %w", conversationID, userID, err)
@@ -72,7 +75,8 @@ type DeletedAccount struct {
 // (where their messages become tombstones without a sender, so the others' sequence stays
 // gapless), their cursors, the blocks they made and those of them, and the account itself. Every
 // step is idempotent, so a failed deletion is finished by running it again.
-func (s *Store) DeleteAccount(ctx context.Context, userID string) (DeletedAccount, error) {
+func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAccount, err error) {
+	defer s.metrics.observe(opDeleteAccount, time.Now(), &err)
 	var out DeletedAccount
 	convs, err := s.ConversationsOf(ctx, userID)
 	if err != nil {
@@ -138,7 +142,8 @@ type BackfillProgress struct {
 // their _id, and members without a read cursor get one at 0. It builds the indexes when every
 // conversation is numbered.
 // batch is the messages per step (0 means DefaultBackfillBatch); progress may be nil.
-func (s *Store) Backfill(ctx context.Context, batch int, progress func(BackfillProgress)) error {
+func (s *Store) Backfill(ctx context.Context, batch int, progress func(BackfillProgress)) (err error) {
+	defer s.metrics.observe(opBackfill, time.Now(), &err)
 	if batch <= 0 {
 		batch = DefaultBackfillBatch
 	}

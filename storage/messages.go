@@ -32,7 +32,8 @@ type Message struct {
 
 // InsertMessages stores msgs in order with one insertMany. When a unique index refuses one of them
 // it returns a *DuplicateError: the messages before its Index were stored, the rest were not.
-func (s *Store) InsertMessages(ctx context.Context, msgs []Message) error {
+func (s *Store) InsertMessages(ctx context.Context, msgs []Message) (err error) {
+	defer s.metrics.observe(opInsertMessages, time.Now(), &err)
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -40,7 +41,7 @@ func (s *Store) InsertMessages(ctx context.Context, msgs []Message) error {
 	for i := range msgs {
 		docs[i] = msgs[i]
 	}
-	_, err := s.messages.InsertMany(ctx, docs, options.InsertMany().SetOrdered(true))
+	_, err = s.messages.InsertMany(ctx, docs, options.InsertMany().SetOrdered(true))
 	if err == nil {
 		return nil
 	}
@@ -51,9 +52,10 @@ func (s *Store) InsertMessages(ctx context.Context, msgs []Message) error {
 }
 
 // MessageByClientID finds the message a client sent with clientMsgID, or ErrNotFound.
-func (s *Store) MessageByClientID(ctx context.Context, conversationID, clientMsgID string) (Message, error) {
+func (s *Store) MessageByClientID(ctx context.Context, conversationID, clientMsgID string) (_ Message, err error) {
+	defer s.metrics.observe(opMessageByClientID, time.Now(), &err)
 	var m Message
-	err := s.messages.FindOne(ctx, bson.D{
+	err = s.messages.FindOne(ctx, bson.D{
 		{Key: "conversationId", Value: conversationID},
 		{Key: "clientMsgId", Value: clientMsgID},
 	}).Decode(&m)
@@ -67,11 +69,12 @@ func (s *Store) MessageByClientID(ctx context.Context, conversationID, clientMsg
 }
 
 // HighestSeq returns the largest stored seq of a conversation, 0 when it has no messages.
-func (s *Store) HighestSeq(ctx context.Context, conversationID string) (int64, error) {
+func (s *Store) HighestSeq(ctx context.Context, conversationID string) (_ int64, err error) {
+	defer s.metrics.observe(opHighestSeq, time.Now(), &err)
 	var m struct {
 		Seq int64 `bson:"seq"`
 	}
-	err := s.messages.FindOne(ctx,
+	err = s.messages.FindOne(ctx,
 		bson.D{{Key: "conversationId", Value: conversationID}},
 		options.FindOne().SetSort(bson.D{{Key: "seq", Value: -1}}).SetProjection(bson.D{{Key: "seq", Value: 1}}),
 	).Decode(&m)
@@ -86,7 +89,8 @@ func (s *Store) HighestSeq(ctx context.Context, conversationID string) (int64, e
 
 // MessageRange returns the messages with from <= seq <= to in seq order: one bounded range scan
 // on the {conversationId, seq} index, whatever the depth.
-func (s *Store) MessageRange(ctx context.Context, conversationID string, from, to int64) ([]Message, error) {
+func (s *Store) MessageRange(ctx context.Context, conversationID string, from, to int64) (_ []Message, err error) {
+	defer s.metrics.observe(opMessageRange, time.Now(), &err)
 	if to < from {
 		return nil, nil
 	}
@@ -112,7 +116,8 @@ func rangeQuery(conversationID string, from, to int64) (bson.D, *options.FindOpt
 
 // ExplainMessageRange asks the server how it runs the MessageRange query, with execution
 // statistics, so operators and tests can check that a page is an index scan of about its size.
-func (s *Store) ExplainMessageRange(ctx context.Context, conversationID string, from, to int64) (bson.Raw, error) {
+func (s *Store) ExplainMessageRange(ctx context.Context, conversationID string, from, to int64) (_ bson.Raw, err error) {
+	defer s.metrics.observe(opExplainMessageRange, time.Now(), &err)
 	filter, _ := rangeQuery(conversationID, from, to)
 	cmd := bson.D{
 		{Key: "explain", Value: bson.D{

@@ -61,6 +61,8 @@ type Config struct {
 	// SkipIndexes opens without building indexes: for a backfill of a legacy messages collection,
 	// whose missing seqs would violate the unique indexes until Backfill has numbered them.
 	SkipIndexes bool
+	// Metrics records the duration and failures of every operation; nil records nothing.
+	Metrics *Metrics
 }
 
 // Validate reports a configuration that cannot work.
@@ -82,6 +84,7 @@ type Store struct {
 	cursors       *mongo.Collection
 	users         *mongo.Collection
 	blocks        *mongo.Collection
+	metrics       *Metrics
 }
 
 // Open connects, checks the connection and makes sure the indexes exist.
@@ -113,6 +116,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cursors:       db.Collection(cursorsCollection),
 		users:         db.Collection(usersCollection),
 		blocks:        db.Collection(blocksCollection),
+		metrics:       cfg.Metrics,
 	}
 	if cfg.SkipIndexes {
 		return s, nil
@@ -133,7 +137,8 @@ func (s *Store) Close(ctx context.Context) error {
 }
 
 // Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) (err error) {
+	defer s.metrics.observe(opPing, time.Now(), &err)
 	if err := s.client.Ping(ctx, nil); err != nil {
 		return fmt.Errorf("ping mongodb: %w", err)
 	}

@@ -33,10 +33,11 @@ var notDeleted = bson.E{Key: "deletedAt", Value: bson.D{{Key: "$exists", Value: 
 // EnsureUser creates the user unless it exists and returns the stored one; ErrDeleted for a
 // tombstone. Concurrent calls for one new user all succeed: the unique _id lets one insert win,
 // and the others read what it stored.
-func (s *Store) EnsureUser(ctx context.Context, u User) (User, error) {
+func (s *Store) EnsureUser(ctx context.Context, u User) (_ User, err error) {
+	defer s.metrics.observe(opEnsureUser, time.Now(), &err)
 	u.DeletedAt, u.TokensValidAfter = nil, nil // never set by the one who creates it
 	var stored User
-	err := s.users.FindOneAndUpdate(ctx,
+	err = s.users.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: u.ID}},
 		bson.D{{Key: "$setOnInsert", Value: u}},
 		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
@@ -58,7 +59,8 @@ func (s *Store) EnsureUser(ctx context.Context, u User) (User, error) {
 // ReviveUser makes a new account of a deleted one's id (dev-mode sign-in with the same name).
 // The old account's tokens stay refused: the new account's tokens are valid only after the
 // deletion. It returns ErrNotFound unless the id is a tombstone.
-func (s *Store) ReviveUser(ctx context.Context, u User) (User, error) {
+func (s *Store) ReviveUser(ctx context.Context, u User) (_ User, err error) {
+	defer s.metrics.observe(opReviveUser, time.Now(), &err)
 	old, err := findByID[User](ctx, s.users, u.ID)
 	if err != nil {
 		return User{}, fmt.Errorf("revive user %s: %w", u.ID, err)
@@ -106,9 +108,10 @@ func ValidAfter(t time.Time) time.Time {
 // RevokeTokens refuses every token of the user issued before ValidAfter(at) and returns that
 // time. A user not seen yet gets an account (a production user's tokens may be revoked before
 // their first connection); a tombstone stays one.
-func (s *Store) RevokeTokens(ctx context.Context, userID string, at time.Time) (time.Time, error) {
+func (s *Store) RevokeTokens(ctx context.Context, userID string, at time.Time) (_ time.Time, err error) {
+	defer s.metrics.observe(opRevokeTokens, time.Now(), &err)
 	after := ValidAfter(at)
-	_, err := s.users.UpdateOne(ctx, bson.D{{Key: "_id", Value: userID}},
+	_, err = s.users.UpdateOne(ctx, bson.D{{Key: "_id", Value: userID}},
 		bson.D{
 			{Key: "$set", Value: bson.D{{Key: "tokensValidAfter", Value: after}}},
 			{Key: "$setOnInsert", Value: bson.D{{Key: "name", Value: userID}, {Key: "hideReceipts", Value: false},
@@ -125,7 +128,8 @@ func (s *Store) RevokeTokens(ctx context.Context, userID string, at time.Time) (
 }
 
 // User returns one user, or ErrNotFound (also for a deleted account).
-func (s *Store) User(ctx context.Context, id string) (User, error) {
+func (s *Store) User(ctx context.Context, id string) (_ User, err error) {
+	defer s.metrics.observe(opUser, time.Now(), &err)
 	u, err := findByID[User](ctx, s.users, id)
 	if err == nil && u.DeletedAt != nil {
 		return User{}, ErrNotFound
@@ -134,7 +138,8 @@ func (s *Store) User(ctx context.Context, id string) (User, error) {
 }
 
 // MissingUsers returns those of ids that have no account (deleted accounts included).
-func (s *Store) MissingUsers(ctx context.Context, ids []string) ([]string, error) {
+func (s *Store) MissingUsers(ctx context.Context, ids []string) (_ []string, err error) {
+	defer s.metrics.observe(opMissingUsers, time.Now(), &err)
 	cur, err := s.users.Find(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, notDeleted},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
@@ -161,7 +166,8 @@ func (s *Store) MissingUsers(ctx context.Context, ids []string) ([]string, error
 }
 
 // SetHideReceipts stores the user's receipt privacy and applies it to their existing cursors.
-func (s *Store) SetHideReceipts(ctx context.Context, userID string, hide bool) error {
+func (s *Store) SetHideReceipts(ctx context.Context, userID string, hide bool) (err error) {
+	defer s.metrics.observe(opSetHideReceipts, time.Now(), &err)
 	if _, err := s.users.UpdateOne(ctx, bson.D{{Key: "_id", Value: userID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "hideReceipts", Value: hide}}}}); err != nil {
 		return fmt.Errorf("set hideReceipts of %s: %w", userID, err)

@@ -29,11 +29,12 @@ func NewEnv(t testing.TB) Env {
 	return Env{NATSURL: NATS(t), MongoURI: cfg.URI, Database: cfg.Database}
 }
 
-// NodeConfig is a dev-mode node configuration on env, listening on a random loopback port, with
+// NodeConfig is a dev-mode node configuration on env, listening on random loopback ports, with
 // the rate limits off so tests can send as fast as they like.
 func (e Env) NodeConfig() node.Config {
 	cfg := node.Config{
 		Addr:      "127.0.0.1:0",
+		AdminAddr: "127.0.0.1:0",
 		NodeID:    "test",
 		MongoURI:  e.MongoURI,
 		Database:  e.Database,
@@ -84,6 +85,9 @@ func (n *Node) Stop() {
 
 // URL is the node's HTTP base URL.
 func (n *Node) URL() string { return "http://" + n.Addr() }
+
+// AdminURL is the base URL of the node's admin listener (metrics, debug, admin API).
+func (n *Node) AdminURL() string { return "http://" + n.AdminAddr() }
 
 // WSURL is the node's WebSocket endpoint.
 func (n *Node) WSURL() string { return "ws://" + n.Addr() + "/ws" }

@@ -38,18 +38,19 @@ func main() {
 
 // options are the command line and environment settings; every flag has a CHAT_* twin.
 type options struct {
-	addr, dataDir, mongoURI, mongoDB, natsURL, jwtSecret, logLevel, nodeID, origins string
-	jwtIssuer, jwtAudience, adminSecret                                             string
-	devMode                                                                         bool
-	partitions, leaseReplicas                                                       int
-	sendRate                                                                        float64
-	readWindow, leaseTTL, jwtMaxLifetime                                            time.Duration
+	addr, adminAddr, dataDir, mongoURI, mongoDB, natsURL, jwtSecret, logLevel, nodeID, origins string
+	jwtIssuer, jwtAudience, adminSecret                                                        string
+	devMode                                                                                    bool
+	partitions, leaseReplicas                                                                  int
+	sendRate                                                                                   float64
+	readWindow, leaseTTL, jwtMaxLifetime                                                       time.Duration
 }
 
 func parseOptions(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("chatd", flag.ContinueOnError)
 	fs.StringVar(&o.addr, "addr", env("CHAT_ADDR", node.DefaultAddr), "HTTP listen address (CHAT_ADDR)")
+	fs.StringVar(&o.adminAddr, "admin-addr", env("CHAT_ADMIN_ADDR", node.DefaultAdminAddr), "admin listener: /metrics, /healthz, /readyz, /debug/, the admin API; keep it off the public network; empty: none (CHAT_ADMIN_ADDR)")
 	fs.StringVar(&o.dataDir, "data-dir", env("CHAT_DATA_DIR", "./data"), "directory for the embedded store and NATS (CHAT_DATA_DIR)")
 	fs.StringVar(&o.mongoURI, "mongo-uri", env("CHAT_MONGO_URI", ""), "MongoDB URI; empty starts the embedded store (CHAT_MONGO_URI)")
 	fs.StringVar(&o.mongoDB, "mongo-db", env("CHAT_MONGO_DB", node.DefaultDatabase), "MongoDB database (CHAT_MONGO_DB)")
@@ -57,7 +58,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.jwtSecret, "jwt-secret", env("CHAT_JWT_SECRET", ""), "HS256 secret for tokens; empty means dev mode (CHAT_JWT_SECRET)")
 	fs.StringVar(&o.jwtIssuer, "jwt-issuer", env("CHAT_JWT_ISSUER", ""), "required token issuer (iss); empty: not checked (CHAT_JWT_ISSUER)")
 	fs.StringVar(&o.jwtAudience, "jwt-audience", env("CHAT_JWT_AUDIENCE", ""), "required token audience (aud); empty: not checked (CHAT_JWT_AUDIENCE)")
-	fs.StringVar(&o.adminSecret, "admin-secret", env("CHAT_ADMIN_SECRET", ""), "bearer secret of the admin API under /admin/, at least 32 bytes; empty: no admin API (CHAT_ADMIN_SECRET)")
+	fs.StringVar(&o.adminSecret, "admin-secret", env("CHAT_ADMIN_SECRET", ""), "bearer secret of the admin API under /admin/ on the admin listener, at least 32 bytes; empty: no admin API (CHAT_ADMIN_SECRET)")
 	maxLifetime, err := envDuration("CHAT_JWT_MAX_LIFETIME", auth.DefaultMaxLifetime)
 	if err != nil {
 		return o, err
@@ -124,6 +125,7 @@ func run(args []string, log zerolog.Logger) error {
 
 	cfg := node.Config{
 		Addr:           o.addr,
+		AdminAddr:      o.adminAddr,
 		NodeID:         o.nodeID,
 		MongoURI:       o.mongoURI,
 		Database:       o.mongoDB,

@@ -24,7 +24,8 @@ func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
 func startChatd(t *testing.T, dataDir, addr string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(testenv.ChatdBinary.Path(t))
-	cmd.Env = append(os.Environ(), "CHAT_DATA_DIR="+dataDir, "CHAT_ADDR="+addr, "CHAT_LOG_LEVEL=warn")
+	cmd.Env = append(os.Environ(), "CHAT_DATA_DIR="+dataDir, "CHAT_ADDR="+addr, "CHAT_LOG_LEVEL=warn",
+		"CHAT_ADMIN_ADDR=127.0.0.1:0") // the default port may be taken by another test's chatd
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "chatd.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,156 @@
+package bus_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/bus"
+	"github.com/chatd/chatd/testenv"
+)
+
+// metric reads one series from reg by its exposed name and labels (name, value pairs): a
+// counter's or gauge's value. It fails the test if there is no such series.
+func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := make(map[string]string)
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no metric %s%v is registered", name, labels)
+	return 0
+}
+
+// waitMetric waits until a series has the value want.
+func waitMetric(t *testing.T, reg *prometheus.Registry, want float64, name string, labels ...string) {
+	t.Helper()
+	testenv.CheckFor(t, 5*time.Second, 2*time.Millisecond, func() error {
+		if got := metric(t, reg, name, labels...); got != want {
+			return fmt.Errorf("%s%v = %v, want %v", name, labels, got, want)
+		}
+		return nil
+	})
+}
+
+// TestMetricsCountReceivedByKind: every message taken from NATS counts once under the kind of
+// its subject, and a persisted message reaches the handler with the time it was received.
+func TestMetricsCountReceivedByKind(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := &recorder{}
+	b, busConn, other := setup(t, bus.Config{Dispatchers: 1, Metrics: bus.NewMetrics(reg)}, r)
+	b.WatchConversation("c1")
+	b.WatchUser("u1")
+	flush(t, busConn)
+
+	before := time.Now()
+	publish(t, other, "chat.conv.c1.msg", "m1")
+	waitMetric(t, reg, 1, "chatd_bus_messages_received_total", "kind", "message")
+	waitEvents(t, r, "c1", event{"msg", "c1", "m1"})
+	r.mu.Lock()
+	received := r.received
+	r.mu.Unlock()
+	if len(received) != 1 || received[0].Before(before) || received[0].After(time.Now()) {
+		t.Errorf("HandleMessage got receive times %v, want one between the publish (%v) and now", received, before)
+	}
+
+	publish(t, other, "chat.conv.c1.evt", "e1")
+	publish(t, other, "chat.conv.c1.evt", "e2")
+	publish(t, other, "chat.user.u1", "badge")
+	publish(t, other, "chat.conv.c1.unknown", "ignored")
+	waitMetric(t, reg, 2, "chatd_bus_messages_received_total", "kind", "conversation_event")
+	waitMetric(t, reg, 1, "chatd_bus_messages_received_total", "kind", "user_event")
+	waitMetric(t, reg, 1, "chatd_bus_messages_received_total", "kind", "other")
+	if got := metric(t, reg, "chatd_bus_messages_received_total", "kind", "message"); got != 1 {
+		t.Errorf(`chatd_bus_messages_received_total{kind="message"} = %v after events only, want still 1`, got)
+	}
+}
+
+// TestMetricsGaugeSubscriptionsAndQueue: the subscriptions gauge follows watches and unwatches
+// (a repeated watch replaces its subscription) and drops to nothing when the bus closes; the
+// queue gauge counts what waits behind a busy dispatcher.
+func TestMetricsGaugeSubscriptionsAndQueue(t *testing.T) {
+	url := startNATS(t)
+	busConn, other := connect(t, url), connect(t, url)
+	reg := prometheus.NewRegistry()
+	release := make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	defer unblock() // before Close, which waits for the handler
+	r := &recorder{hold: map[string]chan struct{}{"slow": release}, entered: make(chan string, 1)}
+	b := bus.New(bus.Config{Dispatchers: 1, Metrics: bus.NewMetrics(reg)}, busConn, zerolog.Nop())
+	b.SetHandler(r)
+	closed := false
+	defer func() {
+		if !closed {
+			unblock()
+			b.Close()
+		}
+	}()
+
+	subscriptions := func() float64 { return metric(t, reg, "chatd_bus_subscriptions") }
+	for _, st := range []struct {
+		name string
+		do   func()
+		want float64
+	}{
+		{"nothing watched", func() {}, 0},
+		{"two conversations and a user", func() { b.WatchConversation("slow"); b.WatchConversation("c1"); b.WatchUser("u1") }, 3},
+		{"a conversation watched again", func() { b.WatchConversation("c1") }, 3},
+		{"a user unwatched", func() { b.UnwatchUser("u1") }, 2},
+		{"a user never watched unwatched", func() { b.UnwatchUser("u2") }, 2},
+	} {
+		st.do()
+		if got := subscriptions(); got != st.want {
+			t.Errorf("%s: chatd_bus_subscriptions = %v, want %v", st.name, got, st.want)
+		}
+	}
+	flush(t, busConn)
+
+	publish(t, other, "chat.conv.slow.msg", "big fan-out")
+	select {
+	case <-r.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow conversation's message never reached the handler")
+	}
+	for i := range 3 {
+		publish(t, other, "chat.conv.c1.msg", fmt.Sprint(i))
+	}
+	waitMetric(t, reg, 3, "chatd_bus_dispatch_queue_depth")
+	unblock()
+	waitEvents(t, r, "c1", event{"msg", "c1", "0"}, event{"msg", "c1", "1"}, event{"msg", "c1", "2"})
+	if got := metric(t, reg, "chatd_bus_dispatch_queue_depth"); got != 0 {
+		t.Errorf("chatd_bus_dispatch_queue_depth = %v once all was handled, want 0", got)
+	}
+
+	b.Close()
+	closed = true
+	if got := subscriptions(); got != 0 {
+		t.Errorf("chatd_bus_subscriptions = %v after Close, want 0", got)
+	}
+}

@@ -1,0 +1,130 @@
+package chat
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/chatd/chatd/protocol"
+)
+
+// failureCodes maps the kinds of refusal to the wire codes the server answers them with (see
+// server/router.go), the values of chatd_sends_failed_total's code label; any other error is
+// answered as internal. A fixed set, so the label's cardinality stays bounded. It is kept here
+// rather than read from the server, which imports this package.
+var failureCodes = []struct {
+	kind error
+	code string
+}{
+	{ErrNotMember, protocol.CodeNotMember},
+	{ErrNotFound, protocol.CodeNotFound},
+	{ErrForbidden, protocol.CodeForbidden},
+	{ErrInvalid, protocol.CodeInvalidField},
+	{ErrUnavailable, protocol.CodeUnavailable},
+	{ErrTooManyConnections, protocol.CodeRateLimited},
+}
+
+// failureCode is the wire code of an error of the service.
+func failureCode(err error) string {
+	for _, f := range failureCodes {
+		if errors.Is(err, f.kind) {
+			return f.code
+		}
+	}
+	return protocol.CodeInternal
+}
+
+// latencyBuckets span a request answered from memory (a millisecond) to one that waited for an
+// owner failover up to the send timeout (ten seconds).
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// Metrics are the chat service's instruments. A nil *Metrics records nothing, so tests and tools
+// need not build one.
+type Metrics struct {
+	sendsAcked     prometheus.Counter
+	sendsFailed    map[string]prometheus.Counter // by wire code, every code of failureCode
+	sendAck        prometheus.Histogram
+	historyPages   prometheus.Counter
+	historyPage    prometheus.Histogram
+	resyncs        prometheus.Counter
+	resyncMessages prometheus.Counter
+}
+
+// NewMetrics registers the service's instruments with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		sendsAcked: f.NewCounter(prometheus.CounterOpts{
+			Name: "chatd_sends_acked_total",
+			Help: "Sends answered with an ack: the message is stored (a retry of a stored message is acked again, and counted again).",
+		}),
+		sendsFailed: make(map[string]prometheus.Counter),
+		sendAck: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "chatd_send_ack_seconds",
+			Help:    "Time from the chat service taking a send to its ack, for acked sends.",
+			Buckets: latencyBuckets,
+		}),
+		historyPages: f.NewCounter(prometheus.CounterOpts{
+			Name: "chatd_history_pages_total",
+			Help: "History pages served.",
+		}),
+		historyPage: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "chatd_history_page_seconds",
+			Help:    "Time to serve a history page, for pages served.",
+			Buckets: latencyBuckets,
+		}),
+		resyncs: f.NewCounter(prometheus.CounterOpts{
+			Name: "chatd_resyncs_total",
+			Help: "Resyncs run after this node could not hear the bus (a NATS reconnect).",
+		}),
+		resyncMessages: f.NewCounter(prometheus.CounterOpts{
+			Name: "chatd_resync_messages_total",
+			Help: "Messages missed on the bus that resyncs read from the store and delivered to local connections.",
+		}),
+	}
+	failed := f.NewCounterVec(prometheus.CounterOpts{
+		Name: "chatd_sends_failed_total",
+		Help: "Sends answered with an error, by the wire code of the error (unavailable is retryable with the same clientMsgId).",
+	}, []string{"code"})
+	codes := []string{protocol.CodeInternal}
+	for _, fc := range failureCodes {
+		codes = append(codes, fc.code)
+	}
+	for _, c := range codes { // every series exists from the start, so rate() sees the first failure
+		m.sendsFailed[c] = failed.WithLabelValues(c)
+	}
+	return m
+}
+
+// sent records the outcome of a send that started at start.
+func (m *Metrics) sent(start time.Time, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.sendsFailed[failureCode(err)].Inc()
+		return
+	}
+	m.sendsAcked.Inc()
+	m.sendAck.Observe(time.Since(start).Seconds())
+}
+
+// paged records a history page served, started at start.
+func (m *Metrics) paged(start time.Time) {
+	if m == nil {
+		return
+	}
+	m.historyPages.Inc()
+	m.historyPage.Observe(time.Since(start).Seconds())
+}
+
+// resynced records a resync that delivered n messages.
+func (m *Metrics) resynced(n int) {
+	if m == nil {
+		return
+	}
+	m.resyncs.Inc()
+	m.resyncMessages.Add(float64(n))
+}

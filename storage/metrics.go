@@ -1,0 +1,112 @@
+package storage
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// op names one store operation in the op label of the store metrics: one per exported Store
+// method, in snake case. The set is fixed here, so the label's values are known in advance.
+type op string
+
+// The store operations.
+const (
+	opPing                = op("ping")
+	opInsertMessages      = op("insert_messages")
+	opMessageByClientID   = op("message_by_client_id")
+	opHighestSeq          = op("highest_seq")
+	opMessageRange        = op("message_range")
+	opExplainMessageRange = op("explain_message_range")
+	opDeleteMessage       = op("delete_message")
+	opEnsureConversation  = op("ensure_conversation")
+	opConversation        = op("conversation")
+	opConversationsOf     = op("conversations_of")
+	opAdvanceLastSeq      = op("advance_last_seq")
+	opAddMembers          = op("add_members")
+	opRemoveMember        = op("remove_member")
+	opHideConversation    = op("hide_conversation")
+	opAdvanceCursors      = op("advance_cursors")
+	opCursorsOf           = op("cursors_of")
+	opCountReaders        = op("count_readers")
+	opReaders             = op("readers")
+	opEnsureUser          = op("ensure_user")
+	opReviveUser          = op("revive_user")
+	opRevokeTokens        = op("revoke_tokens")
+	opUser                = op("user")
+	opMissingUsers        = op("missing_users")
+	opSetHideReceipts     = op("set_hide_receipts")
+	opBlock               = op("block")
+	opUnblock             = op("unblock")
+	opBlocksOf            = op("blocks_of")
+	opBlocked             = op("blocked")
+	opBlockedWith         = op("blocked_with")
+	opDeleteAccount       = op("delete_account")
+	opBackfill            = op("backfill")
+)
+
+var ops = []op{
+	opPing, opInsertMessages, opMessageByClientID, opHighestSeq, opMessageRange, opExplainMessageRange, opDeleteMessage,
+	opEnsureConversation, opConversation, opConversationsOf, opAdvanceLastSeq, opAddMembers, opRemoveMember,
+	opHideConversation, opAdvanceCursors, opCursorsOf, opCountReaders, opReaders, opEnsureUser, opReviveUser,
+	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opBlock, opUnblock, opBlocksOf, opBlocked,
+	opBlockedWith, opDeleteAccount, opBackfill,
+}
+
+// Metrics are the store instruments: how long each operation takes and how often it fails. An
+// operation made of others (DeleteAccount, Backfill, ReviveUser) is recorded as itself and as
+// each of the others it calls. A nil *Metrics records nothing, so tests and tools need not build
+// one.
+type Metrics struct {
+	seconds *prometheus.HistogramVec
+	errors  *prometheus.CounterVec
+}
+
+// NewMetrics creates the store instruments and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		seconds: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "chatd_store_operation_seconds",
+			Help: "Duration of one store operation (one exported Store method, all its round trips), failed ones included, by op.",
+			// A healthy round trip is under a millisecond; DefaultOperationTimeout is 10 s.
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"op"}),
+		errors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "chatd_store_errors_total",
+			Help: "Store operations that failed, by op. Answers the caller treats as normal are not failures: " +
+				"not found (ErrNotFound), a deleted account (ErrDeleted) and a duplicate key on an insert (DuplicateError, the unique index fencing a retried send).",
+		}, []string{"op"}),
+	}
+	// Every op's series exists from the start, so a rate over an op not run yet is 0, not absent.
+	for _, o := range ops {
+		m.seconds.WithLabelValues(string(o))
+		m.errors.WithLabelValues(string(o))
+	}
+	return m
+}
+
+// observe records one operation that started at start and ended with *err. Methods call it
+// deferred, on their named error result: defer s.metrics.observe(opX, time.Now(), &err).
+func (m *Metrics) observe(o op, start time.Time, err *error) {
+	if m == nil {
+		return
+	}
+	m.seconds.WithLabelValues(string(o)).Observe(time.Since(start).Seconds())
+	if failed(*err) {
+		m.errors.WithLabelValues(string(o)).Inc()
+	}
+}
+
+// failed reports whether err is a failure rather than an answer: not found, a deleted account and
+// a duplicate key on an insert are what callers expect and branch on.
+func failed(err error) bool {
+	var dup *DuplicateError
+	switch {
+	case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrDeleted), errors.As(err, &dup):
+		return false
+	}
+	return true
+}
