@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -236,5 +238,45 @@ func TestMetricsOnlyOnTheAdminListener(t *testing.T) {
 	quiet := testenv.StartNode(t, cfg)
 	if addr := quiet.AdminAddr(); addr != "" {
 		t.Errorf("node without an admin address listens on %s", addr)
+	}
+}
+
+// TestMetricsAreDocumented keeps docs/METRICS.md and the Grafana dashboard true: every chatd_
+// metric a node exposes has a row in the table and every row names an exposed metric, and every
+// chatd_ metric the dashboard queries exists.
+func TestMetricsAreDocumented(t *testing.T) {
+	n, _ := startSecurityNode(t, nil)
+	_, text := scrapeMetrics(t, n)
+	exposed := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (chatd_\w+) `).FindAllSubmatch(text, -1) {
+		exposed[string(m[1])] = true
+	}
+	doc, err := os.ReadFile("../docs/METRICS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(chatd_\\w+)` \\|").FindAllSubmatch(doc, -1) {
+		documented[string(m[1])] = true
+	}
+	for name := range exposed {
+		if !documented[name] {
+			t.Errorf("%s is exposed but has no row in docs/METRICS.md", name)
+		}
+	}
+	for name := range documented {
+		if !exposed[name] {
+			t.Errorf("docs/METRICS.md lists %s, which no node exposes", name)
+		}
+	}
+	dashboard, err := os.ReadFile("../deploy/grafana/dashboards/chatd.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`chatd_\w+`).FindAll(dashboard, -1) {
+		name := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(string(m), "_bucket"), "_sum"), "_count")
+		if !exposed[name] {
+			t.Errorf("the dashboard queries %s, which no node exposes", m)
+		}
 	}
 }
