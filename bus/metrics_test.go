@@ -11,41 +11,18 @@ import (
 
 	"github.com/chatd/chatd/bus"
 	"github.com/chatd/chatd/testenv"
+	"github.com/chatd/chatd/testenv/promtest"
 )
 
-// metric reads one series from reg by its exposed name and labels (name, value pairs): a
-// counter's or gauge's value. It fails the test if there is no such series.
+// metric reads the value of one series of reg, a counter or gauge, by its exposed name and
+// labels (name, value pairs). It fails the test if there is no such series.
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
+	s := promtest.Read(t, reg, name, labels...)
+	if !s.Found {
+		t.Fatalf("no metric %s%v is registered", name, labels)
 	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			have := make(map[string]string)
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue series
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no metric %s%v is registered", name, labels)
-	return 0
+	return s.Value
 }
 
 // waitMetric waits until a series has the value want.

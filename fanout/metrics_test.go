@@ -8,39 +8,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/testenv/promtest"
 )
 
-// metric reads one series from reg by its exposed name: a counter's or gauge's value, or a
-// histogram's count of observations. It fails the test if the name is not registered.
-func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metric reads the one series of reg with its exposed name. It fails the test if there is no
+// such series.
+func metric(t *testing.T, reg *prometheus.Registry, name string) promtest.Sample {
 	t.Helper()
-	v, _ := histogram(t, reg, name)
-	return v
-}
-
-// histogram is metric, with a histogram's sum of observations.
-func histogram(t *testing.T, reg *prometheus.Registry, name string) (countOrValue, sum float64) {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
+	s := promtest.Read(t, reg, name)
+	if !s.Found {
+		t.Fatalf("no metric %s is registered", name)
 	}
-	for _, f := range families {
-		if f.GetName() != name || len(f.GetMetric()) != 1 {
-			continue
-		}
-		m := f.GetMetric()[0]
-		switch {
-		case m.Counter != nil:
-			return m.GetCounter().GetValue(), 0
-		case m.Gauge != nil:
-			return m.GetGauge().GetValue(), 0
-		case m.Histogram != nil:
-			return float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
-		}
-	}
-	t.Fatalf("no metric %s with one series is registered", name)
-	return 0, 0
+	return s
 }
 
 // TestMetricsCountDeliveries: one message to three local connections is three pushes and one
@@ -65,7 +44,7 @@ func TestMetricsCountDeliveries(t *testing.T) {
 		name       string
 		do         func()
 		deliveries float64
-		latencies  float64
+		latencies  uint64
 		minLatency float64 // seconds, summed over the latencies
 	}{
 		{"a message to 3 connections", func() { e.DeliverMessage("x", 1, msg("x", 1), time.Now().Add(-waited)) },
@@ -76,13 +55,13 @@ func TestMetricsCountDeliveries(t *testing.T) {
 	}
 	for _, st := range steps {
 		st.do()
-		if got := metric(t, reg, "chatd_deliveries_total"); got != st.deliveries {
+		if got := metric(t, reg, "chatd_deliveries_total").Value; got != st.deliveries {
 			t.Errorf("%s: chatd_deliveries_total = %v, want %v", st.name, got, st.deliveries)
 		}
-		n, sum := histogram(t, reg, "chatd_deliver_seconds")
-		if n != st.latencies || sum < st.minLatency {
+		latency := metric(t, reg, "chatd_deliver_seconds")
+		if latency.Count != st.latencies || latency.Sum < st.minLatency {
 			t.Errorf("%s: chatd_deliver_seconds has %v observations summing to %vs, want %v of at least %vs",
-				st.name, n, sum, st.latencies, st.minLatency)
+				st.name, latency.Count, latency.Sum, st.latencies, st.minLatency)
 		}
 	}
 
@@ -92,16 +71,16 @@ func TestMetricsCountDeliveries(t *testing.T) {
 	add(e, held, map[string]int64{"y": 0})
 	defer e.Remove(held)
 	e.DeliverMessage("y", 1, msg("y", 1), time.Now())
-	if got := metric(t, reg, "chatd_deliveries_total"); got != 6 {
+	if got := metric(t, reg, "chatd_deliveries_total").Value; got != 6 {
 		t.Errorf("with the only connection holding: chatd_deliveries_total = %v, want 6", got)
 	}
-	if n, _ := histogram(t, reg, "chatd_deliver_seconds"); n != 1 {
+	if n := metric(t, reg, "chatd_deliver_seconds").Count; n != 1 {
 		t.Errorf("with the only connection holding: chatd_deliver_seconds has %v observations, want 1", n)
 	}
 	if err := e.Sync(context.Background(), held, func(fanout.ReplayFunc) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if got := metric(t, reg, "chatd_deliveries_total"); got != 7 {
+	if got := metric(t, reg, "chatd_deliveries_total").Value; got != 7 {
 		t.Errorf("after the sync released it: chatd_deliveries_total = %v, want 7", got)
 	}
 
@@ -120,10 +99,10 @@ func TestMetricsCountDeliveries(t *testing.T) {
 	if got := replayed.seqs("z"); len(got) != 1 {
 		t.Fatalf("the replayed connection got z seqs %v, want [1] once", got)
 	}
-	if got := metric(t, reg, "chatd_deliveries_total"); got != 7 {
+	if got := metric(t, reg, "chatd_deliveries_total").Value; got != 7 {
 		t.Errorf("after a seq the connection had from its replay: chatd_deliveries_total = %v, want 7", got)
 	}
-	if n, _ := histogram(t, reg, "chatd_deliver_seconds"); n != 1 {
+	if n := metric(t, reg, "chatd_deliver_seconds").Count; n != 1 {
 		t.Errorf("after a seq the connection had from its replay: chatd_deliver_seconds has %v observations, want 1", n)
 	}
 }

@@ -10,28 +10,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/readstate"
+	"github.com/chatd/chatd/testenv/promtest"
 )
-
-// gather reads the metric named name from reg by its exposed name: a counter's value, or a
-// histogram's sample count. A metric that does not exist reads as zero.
-func gather(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() != name || len(f.GetMetric()) == 0 {
-			continue
-		}
-		m := f.GetMetric()[0]
-		if h := m.GetHistogram(); h != nil {
-			return float64(h.GetSampleCount())
-		}
-		return m.GetCounter().GetValue()
-	}
-	return 0
-}
 
 // TestMetricsCountCoalescing: K moves of one cursor are K moves and one cursor write; a stale move
 // is not a move; a failed flush is an error and writes nothing.
@@ -56,12 +36,14 @@ func TestMetricsCountCoalescing(t *testing.T) {
 	for name, want := range map[string]float64{
 		"chatd_read_cursor_moves_total":  k,
 		"chatd_read_cursor_writes_total": 1,
-		"chatd_read_flush_seconds":       1,
 		"chatd_read_flush_errors_total":  0,
 	} {
-		if got := gather(t, reg, name); got != want {
+		if got := promtest.Read(t, reg, name).Value; got != want {
 			t.Errorf("%s = %v after %d moves of one cursor and a flush, want %v", name, got, k, want)
 		}
+	}
+	if got := promtest.Read(t, reg, "chatd_read_flush_seconds").Count; got != 1 {
+		t.Errorf("chatd_read_flush_seconds has %v observations after one flush, want 1", got)
 	}
 
 	// Cursors are counted one by one, however many a flush writes.
@@ -70,7 +52,7 @@ func TestMetricsCountCoalescing(t *testing.T) {
 	if err := c.Flush(testContext(t)); err != nil {
 		t.Fatalf("flush: %v", err)
 	}
-	if got := gather(t, reg, "chatd_read_cursor_writes_total"); got != 3 {
+	if got := promtest.Read(t, reg, "chatd_read_cursor_writes_total").Value; got != 3 {
 		t.Errorf("chatd_read_cursor_writes_total = %v after a flush of two more cursors, want 3", got)
 	}
 
@@ -82,12 +64,14 @@ func TestMetricsCountCoalescing(t *testing.T) {
 	for name, want := range map[string]float64{
 		"chatd_read_cursor_moves_total":  k + 3,
 		"chatd_read_cursor_writes_total": 3,
-		"chatd_read_flush_seconds":       3,
 		"chatd_read_flush_errors_total":  1,
 	} {
-		if got := gather(t, reg, name); got != want {
+		if got := promtest.Read(t, reg, name).Value; got != want {
 			t.Errorf("%s = %v after a failed flush, want %v", name, got, want)
 		}
+	}
+	if got := promtest.Read(t, reg, "chatd_read_flush_seconds").Count; got != 3 {
+		t.Errorf("chatd_read_flush_seconds has %v observations after a failed flush, want 3", got)
 	}
 	store.setRefuse(refuseNone)
 }

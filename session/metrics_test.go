@@ -12,69 +12,25 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/session"
+	"github.com/chatd/chatd/testenv/promtest"
 )
 
 // The tests read every value from the registry by its exposed name, as a scraper and the
 // dashboard do, so a renamed metric or label fails them.
 
-// metricValue gathers reg and returns the value of the series of name whose labels are exactly
-// the given name, value pairs.
-func metricValue(reg *prometheus.Registry, name string, labels ...string) (float64, error) {
-	families, err := reg.Gather()
-	if err != nil {
-		return 0, fmt.Errorf("gather: %w", err)
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	for _, mf := range families {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if !labelsAre(m, want) {
-				continue
-			}
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue(), nil
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue(), nil
-			}
-			return 0, fmt.Errorf("%s%v is neither a counter nor a gauge", name, want)
-		}
-		return 0, fmt.Errorf("%s has no series %v", name, want)
-	}
-	return 0, fmt.Errorf("no metric named %s", name)
-}
-
-func labelsAre(m *dto.Metric, want map[string]string) bool {
-	if len(m.GetLabel()) != len(want) {
-		return false
-	}
-	for _, l := range m.GetLabel() {
-		if v, ok := want[l.GetName()]; !ok || v != l.GetValue() {
-			return false
-		}
-	}
-	return true
-}
-
-// metricIs checks a series' value now.
+// metricIs checks a series' value now; the series must exist.
 func metricIs(t *testing.T, reg *prometheus.Registry, want float64, name string, labels ...string) {
 	t.Helper()
-	got, err := metricValue(reg, name, labels...)
-	if err != nil {
-		t.Fatal(err)
+	s := promtest.Read(t, reg, name, labels...)
+	if !s.Found {
+		t.Fatalf("no series %s%v is registered", name, labels)
 	}
-	if got != want {
-		t.Fatalf("%s%v = %v; want %v", name, labels, got, want)
+	if s.Value != want {
+		t.Fatalf("%s%v = %v; want %v", name, labels, s.Value, want)
 	}
 }
 
@@ -83,27 +39,21 @@ func metricIs(t *testing.T, reg *prometheus.Registry, want float64, name string,
 func metricReaches(t *testing.T, reg *prometheus.Registry, want float64, name string, labels ...string) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("%s%v to be %v", name, labels, want), func() (bool, string) {
-		got, err := metricValue(reg, name, labels...)
-		if err != nil {
-			return false, err.Error()
+		s := promtest.Read(t, reg, name, labels...)
+		if !s.Found {
+			return false, "no such series"
 		}
-		return got == want, fmt.Sprint(got)
+		return s.Value == want, fmt.Sprint(s.Value)
 	})
 }
 
 // metricSum adds up every series of name.
 func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
 	var sum float64
-	for _, mf := range families {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
+	for _, s := range promtest.Gather(t, reg) {
+		if s.Name == name {
+			sum += s.Value
 		}
 	}
 	return sum
@@ -223,16 +173,10 @@ func TestMetricsCountFramesByType(t *testing.T) {
 	if got := metricSum(t, reg, "chatd_frames_received_total"); got != 12 {
 		t.Fatalf("chatd_frames_received_total sums to %v; want 12, one per frame sent", got)
 	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range families {
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if strings.Contains(l.GetValue(), secret) {
-					t.Fatalf("%s has a series labelled %s=%q, a string the client sent", mf.GetName(), l.GetName(), l.GetValue())
-				}
+	for _, s := range promtest.Gather(t, reg) {
+		for label, value := range s.Labels {
+			if strings.Contains(value, secret) {
+				t.Fatalf("%s has a series labelled %s=%q, a string the client sent", s.Name, label, value)
 			}
 		}
 	}

@@ -10,33 +10,25 @@ import (
 
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
+	"github.com/chatd/chatd/testenv/promtest"
 )
 
 // opSample is what the store metrics say of one op: its duration samples and its errors.
-type opSample struct{ samples, errors float64 }
+type opSample struct {
+	samples uint64
+	errors  float64
+}
 
-// gatherOp reads the store metrics of op from reg, by their exposed names.
+// gatherOp reads the store metrics of op from reg, by their exposed names. Every op's series
+// exists from the start, so it fails the test if one is missing.
 func gatherOp(t *testing.T, reg *prometheus.Registry, op string) opSample {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
+	seconds := promtest.Read(t, reg, "chatd_store_operation_seconds", "op", op)
+	failed := promtest.Read(t, reg, "chatd_store_errors_total", "op", op)
+	if !seconds.Found || !failed.Found {
+		t.Fatalf("op %s: no series of chatd_store_operation_seconds or chatd_store_errors_total", op)
 	}
-	var out opSample
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) != 1 || m.GetLabel()[0].GetName() != "op" || m.GetLabel()[0].GetValue() != op {
-				continue
-			}
-			switch f.GetName() {
-			case "chatd_store_operation_seconds":
-				out.samples = float64(m.GetHistogram().GetSampleCount())
-			case "chatd_store_errors_total":
-				out.errors = m.GetCounter().GetValue()
-			}
-		}
-	}
-	return out
+	return opSample{samples: seconds.Count, errors: failed.Value}
 }
 
 // TestMetricsCountOperationsAndFailures: every operation is timed; a failure counts as an error
