@@ -7,10 +7,12 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -67,60 +69,82 @@ func (c LeaseConfig) Validate() error {
 	return nil
 }
 
-// Leases decides which partitions this node owns, with two JetStream KV buckets: one holds a
-// heartbeat per live node, the other one lease per partition whose value is the owner's id. Both
-// expire by TTL. Every node computes the same balanced assignment of partitions to live nodes; a
-// node takes a lease only with a create (which fails while another node holds it), renews it
-// with a compare-and-set on its revision, and releases a partition the assignment moved away by
-// persisting what it queued and then deleting the lease, so the next owner can take it at once.
+// Leases decides which partitions this node owns, with two JetStream KV buckets, and writes to
+// them O(1) times per node per renewal whatever the number of partitions:
+//
+//   - <prefix>-nodes holds one heartbeat per live node, rewritten every RenewInterval: the only
+//     periodic write.
+//   - <prefix>-partitions holds one claim per partition, the owner's id, written only when
+//     ownership changes: created on a free partition, taken over by compare-and-set from an owner
+//     that died, deleted by an owner that hands the partition over.
+//
+// Every node watches both buckets and computes the same balanced assignment from the live set, so
+// partitions move only when a node joins, leaves or dies. A peer is dead when this node has seen
+// deadAfter of its own heartbeats land since the peer's last one: liveness is judged on the
+// coordination state's own clock, so when the KV is slow or leaderless (a NATS server lost), or
+// this node is starved of CPU, its own heartbeats do not land either and nobody is judged dead.
+// An owner keeps acking until it sees its claim taken; if two nodes ever both act for a
+// partition (one was wrongly judged dead), the partition subject's queue group gives each send
+// to one of them and the store's unique index fences the rest.
 type Leases struct {
-	cfg   LeaseConfig
-	seq   *Sequencer
-	js    jetstream.JetStream
-	nodes jetstream.KeyValue
-	parts jetstream.KeyValue
-	log   zerolog.Logger
-
-	// started is when this run began: a lease under this node's id written before it was left by
-	// an earlier run, which did not release it.
-	started time.Time
+	cfg LeaseConfig
+	seq *Sequencer
+	js  jetstream.JetStream
+	log zerolog.Logger
+	// deadAfter is how many of its own heartbeats this node sees land before it calls a silent
+	// peer dead: TTL / RenewInterval.
+	deadAfter int
 	// losses and handovers rate-limit the incident lines of lost leases and of hand-overs.
 	losses, handovers *incidentLog
 
-	mu   sync.Mutex
-	held map[int]*lease
-	// contested is, for each partition this node tried to take at the last tick and found held by
-	// another node, that node and its last renewal: the start of the failover if that node never
-	// releases it. Rebuilt every tick, so it never describes an older owner.
-	contested map[int]heldBy
+	// mu guards the buckets, the view and held; KV calls are made without it, so a slow call
+	// never holds up the watchers.
+	mu    sync.Mutex
+	nodes jetstream.KeyValue
+	parts jetstream.KeyValue
+	view  view
+	held  map[int]*lease
+	// recreated is when the buckets were last ensured after a failed heartbeat.
+	recreated time.Time
 
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	watchers sync.WaitGroup
+	done     chan struct{}
 }
 
-// heldBy is a lease held by another node, as this node last saw it.
-type heldBy struct {
-	owner   string
-	renewed time.Time // the lease value's Created time: its owner's last renewal
+// view is the coordination state as this node's watchers last saw it.
+type view struct {
+	// beats counts this node's own heartbeats seen through the watcher: the clock peers are
+	// judged by.
+	beats int
+	peers map[string]peer
+	// claims is the owner of every claimed partition.
+	claims map[int]claim
+	// nodesSynced and partsSynced are set once each watcher has delivered the bucket's values.
+	nodesSynced, partsSynced bool
 }
 
-// lostLease is a held lease that renewal found gone.
-type lostLease struct {
-	partition int
-	owner     string // who holds it now, "" when it expired or was deleted
-	err       error  // why the renewal failed
+// peer is a node's heartbeat as last seen.
+type peer struct {
+	revision uint64
+	atBeat   int       // view.beats when it was seen
+	at       time.Time // and on this node's clock, for the failover metric
+	// claimant is set for a node seen only by its claims so far: protected from takeover for
+	// deadAfter beats like any peer, but not given partitions until its heartbeat shows.
+	claimant bool
 }
 
-// lease is a partition lease this node holds: its KV revision and when it was last renewed.
+// claim is a partition's owner as last seen.
+type claim struct {
+	owner    string
+	revision uint64
+}
+
+// lease is a partition this node owns: the revision of its claim, and lost, set as soon as the
+// watcher sees another node's claim on it (acks stop at once; the next tick releases it).
 type lease struct {
 	revision uint64
-	renewed  atomic.Int64 // unix nanoseconds
-}
-
-// valid reports whether this node may still ack for the partition: the lease was renewed
-// recently enough that it cannot have expired in the bucket, with a margin for clock skew.
-func (l *lease) valid(ttl time.Duration) bool {
-	return time.Since(time.Unix(0, l.renewed.Load())) < ttl-ttl/4
+	lost     atomic.Bool
 }
 
 // StartLeases joins the cluster's partition ownership and keeps this node's share until Close.
@@ -133,8 +157,10 @@ func StartLeases(ctx context.Context, cfg LeaseConfig, seq *Sequencer, log zerol
 	if err != nil {
 		return nil, fmt.Errorf("leases: jetstream: %w", err)
 	}
-	l := &Leases{cfg: cfg, seq: seq, js: js, started: time.Now(), losses: newIncidentLog(), handovers: newIncidentLog(),
-		held: make(map[int]*lease), contested: make(map[int]heldBy), stop: make(chan struct{}), done: make(chan struct{}),
+	l := &Leases{cfg: cfg, seq: seq, js: js, deadAfter: int(cfg.TTL / cfg.RenewInterval),
+		losses: newIncidentLog(), handovers: newIncidentLog(),
+		view: view{peers: make(map[string]peer), claims: make(map[int]claim)}, held: make(map[int]*lease),
+		stop: make(chan struct{}), done: make(chan struct{}),
 		log: log.With().Str("component", "leases").Str("node", cfg.NodeID).Logger()}
 	// A NATS cluster that just started may still be electing its JetStream leader: retry until
 	// ctx ends.
@@ -149,20 +175,35 @@ func StartLeases(ctx context.Context, cfg LeaseConfig, seq *Sequencer, log zerol
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	l.watchers.Add(2)
+	go l.watch("nodes", func() jetstream.KeyValue { return l.nodes }, l.applyHeartbeat, func() { l.view.nodesSynced = true })
+	go l.watch("partitions", func() jetstream.KeyValue { return l.parts }, l.applyClaim, func() { l.view.partsSynced = true })
+	// Take a first share before serving, once the watchers have the current state.
+	for !l.synced() {
+		select {
+		case <-ctx.Done():
+			close(l.stop)
+			l.watchers.Wait()
+			return nil, fmt.Errorf("leases: read the ownership state: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	l.tick()
+	l.tick() // the first tick's heartbeat makes this node live in its own view
 	go l.run()
 	return l, nil
 }
 
-// ensureBuckets creates the lease buckets, or finds them. The buckets are in memory (leases are
-// worth nothing after their TTL anyway), so a NATS server that restarts comes back without them
-// and they are created again.
+// ensureBuckets creates the buckets, or finds them. They are in memory (a claim is worth nothing
+// once every NATS server has restarted: the nodes claim again), so a NATS cluster that restarts
+// whole comes back without them and they are created again. Heartbeats expire after a TTL only
+// to keep the bucket clean; liveness is judged by heartbeats seen, not by keys present.
 func (l *Leases) ensureBuckets(ctx context.Context) error {
-	bucket := func(name string) (jetstream.KeyValue, error) {
+	bucket := func(name string, ttl time.Duration) (jetstream.KeyValue, error) {
 		ctx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
 		defer cancel()
 		kv, err := l.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: name, TTL: l.cfg.TTL, History: 1, Storage: jetstream.MemoryStorage, Replicas: l.cfg.Replicas,
+			Bucket: name, TTL: ttl, History: 1, Storage: jetstream.MemoryStorage, Replicas: l.cfg.Replicas,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("leases: bucket %s: %w", name, err)
@@ -170,16 +211,155 @@ func (l *Leases) ensureBuckets(ctx context.Context) error {
 		return kv, nil
 	}
 	prefix := l.seq.cfg.SubjectPrefix
-	nodes, err := bucket(prefix + "-nodes")
+	nodes, err := bucket(prefix+"-nodes", heartbeatRetention*l.cfg.TTL)
 	if err != nil {
 		return err
 	}
-	parts, err := bucket(prefix + "-partitions")
+	parts, err := bucket(prefix+"-partitions", 0)
 	if err != nil {
 		return err
 	}
+	l.mu.Lock()
 	l.nodes, l.parts = nodes, parts
+	l.mu.Unlock()
 	return nil
+}
+
+// heartbeatRetention is how many TTLs a heartbeat stays in its bucket: long enough that a KV
+// outage does not empty the bucket under live nodes, short enough to forget departed ones.
+const heartbeatRetention = 12
+
+func (l *Leases) synced() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.view.nodesSynced && l.view.partsSynced
+}
+
+// watch applies every change of one bucket to the view until Close. nats.go's watcher is an
+// ordered consumer that resets itself after a server or leader loss; if it ends anyway, watch
+// starts a new one (which delivers the current values again).
+func (l *Leases) watch(name string, kv func() jetstream.KeyValue, apply func(jetstream.KeyValueEntry), synced func()) {
+	defer l.watchers.Done()
+	for {
+		l.mu.Lock()
+		bucket := kv()
+		l.mu.Unlock()
+		ctx, cancel := context.WithCancel(context.Background())
+		w, err := bucket.WatchAll(ctx)
+		if err == nil {
+			l.follow(w, apply, synced)
+			if err := w.Stop(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				l.log.Debug().Err(err).Str("bucket", name).Msg("stop watcher")
+			}
+		} else {
+			l.log.Warn().Err(err).Str("bucket", name).Msg("watch ownership bucket")
+		}
+		cancel()
+		select {
+		case <-l.stop:
+			return
+		case <-time.After(l.cfg.RenewInterval):
+		}
+	}
+}
+
+// follow applies w's updates until Close or until w ends.
+func (l *Leases) follow(w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry), synced func()) {
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			l.mu.Lock()
+			if e == nil {
+				synced() // the bucket's current values have all been delivered
+			} else {
+				apply(e)
+			}
+			l.mu.Unlock()
+		case <-l.stop:
+			return
+		}
+	}
+}
+
+// applyHeartbeat records a heartbeat, or a departure (a deleted heartbeat: a node that stopped
+// gracefully). l.mu is held.
+func (l *Leases) applyHeartbeat(e jetstream.KeyValueEntry) {
+	node := e.Key()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(l.view.peers, node)
+		return
+	}
+	if node == l.cfg.NodeID {
+		l.view.beats++
+	}
+	if old, ok := l.view.peers[node]; !ok || old.revision != e.Revision() {
+		l.view.peers[node] = peer{revision: e.Revision(), atBeat: l.view.beats, at: time.Now()}
+	}
+}
+
+// applyClaim records a partition's owner. A lease of this node claimed by another is marked lost
+// here, so it stops acking before the next tick releases it; any change of owner tells the
+// sequencer, so sends waiting on the old owner are retried at once. l.mu is held.
+func (l *Leases) applyClaim(e jetstream.KeyValueEntry) {
+	p, ok := partitionOfKey(e.Key())
+	if !ok {
+		return
+	}
+	before := l.view.claims[p]
+	if e.Operation() == jetstream.KeyValuePut {
+		l.view.claims[p] = claim{owner: string(e.Value()), revision: e.Revision()}
+	} else {
+		delete(l.view.claims, p)
+	}
+	after := l.view.claims[p]
+	if held, ok := l.held[p]; ok && after.owner != "" && after.owner != l.cfg.NodeID && after.revision > held.revision {
+		held.lost.Store(true)
+	}
+	if before.owner != after.owner {
+		l.seq.ownerMoved(p)
+	}
+}
+
+// alive reports whether this node believes node alive: itself, and every peer it heard from
+// (heartbeat or, for a claimant, first claim) within its own last deadAfter heartbeats. l.mu is
+// held.
+func (l *Leases) alive(node string) bool {
+	hb, ok := l.view.peers[node]
+	return node == l.cfg.NodeID || (ok && l.view.beats-hb.atBeat <= l.deadAfter)
+}
+
+// members returns the nodes partitions are assigned to: the live ones whose heartbeat was seen.
+// l.mu is held.
+func (l *Leases) members() []string {
+	nodes := []string{l.cfg.NodeID}
+	for id, hb := range l.view.peers {
+		if id != l.cfg.NodeID && !hb.claimant && l.alive(id) {
+			nodes = append(nodes, id)
+		}
+	}
+	return nodes
+}
+
+// trackClaimants gives the owner of every claim a heartbeat entry: a node whose claim this node
+// sees before its heartbeat (it just started) gets deadAfter beats of grace like any peer, so it
+// is not taken over for a watcher's lag. Peers silent far longer than that, with no claim, are
+// forgotten. l.mu is held.
+func (l *Leases) trackClaimants() {
+	claimants := make(map[string]bool)
+	for _, c := range l.view.claims {
+		claimants[c.owner] = true
+		if _, ok := l.view.peers[c.owner]; !ok {
+			l.view.peers[c.owner] = peer{atBeat: l.view.beats, at: time.Now(), claimant: true}
+		}
+	}
+	for id, hb := range l.view.peers {
+		if !claimants[id] && l.view.beats-hb.atBeat > heartbeatRetention*l.deadAfter {
+			delete(l.view.peers, id)
+		}
+	}
 }
 
 func (l *Leases) run() {
@@ -196,232 +376,252 @@ func (l *Leases) run() {
 	}
 }
 
-// tick heartbeats, recomputes the assignment, renews or releases what is held and tries to take
-// what is assigned but free. Every KV call has its own timeout, so one slow call cannot make the
-// others miss their renewal.
+// change is one claim write a tick decided on.
+type change struct {
+	partition int
+	kind      changeKind
+	from      claim // the claim seen: the revision to compare against, and its owner
+	failover  time.Duration
+}
+
+type changeKind int
+
+const (
+	changeRelease changeKind = iota // hand over: drain, then delete the claim
+	changeLost                      // another node claimed it
+	changeTake                      // claim a free partition, or one of a dead owner
+	changeReclaim                   // the claim vanished (buckets recreated): claim again
+)
+
+// tick heartbeats, then compares what this node holds with what the live set assigns it and
+// makes the few claim writes that differ. The tick as a whole is bounded by tickTimeout.
 func (l *Leases) tick() {
-	live, err := l.heartbeat()
-	if err != nil {
-		l.log.Warn().Err(err).Msg("heartbeat")
-		// The buckets may be gone with a restarted NATS server; recreate them for the next tick.
-		ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
-		defer cancel()
-		if err := l.ensureBuckets(ctx); err != nil {
-			l.log.Warn().Err(err).Msg("recreate lease buckets")
+	ctx, cancel := context.WithTimeout(context.Background(), l.tickTimeout())
+	defer cancel()
+	l.heartbeat(ctx)
+	for _, c := range l.decide() {
+		if ctx.Err() != nil {
+			return // the rest waits for the next tick
 		}
+		switch c.kind {
+		case changeRelease:
+			l.release(ctx, c.partition)
+		case changeLost:
+			l.lose(c)
+		case changeTake, changeReclaim:
+			l.take(ctx, c)
+		}
+	}
+}
+
+// tickTimeout bounds one tick: less than a TTL, so a tick that hangs cannot hold back the next
+// long enough for peers to notice.
+func (l *Leases) tickTimeout() time.Duration { return l.cfg.TTL / 2 }
+
+// heartbeat writes this node's heartbeat. A failure is logged and otherwise ignored: nothing is
+// decided on it, since peers see the same KV trouble. When the buckets may be gone (a NATS
+// cluster restarted whole) they are created again, at most once a TTL.
+func (l *Leases) heartbeat(ctx context.Context) {
+	l.mu.Lock()
+	nodes := l.nodes
+	l.mu.Unlock()
+	opCtx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
+	defer cancel()
+	_, err := nodes.Put(opCtx, l.cfg.NodeID, []byte(strconv.FormatInt(time.Now().UnixMilli(), 10)))
+	if err == nil {
+		l.seq.metrics.renewed()
 		return
 	}
-	mine := Assign(l.seq.cfg.Partitions, live)[l.cfg.NodeID]
-	want := make(map[int]bool, len(mine))
-	for _, p := range mine {
-		want[p] = true
+	l.log.Warn().Err(err).Msg("heartbeat")
+	l.mu.Lock()
+	due := time.Since(l.recreated) >= l.cfg.TTL
+	if due {
+		l.recreated = time.Now()
 	}
+	l.mu.Unlock()
+	if due {
+		if err := l.ensureBuckets(ctx); err != nil {
+			l.log.Warn().Err(err).Msg("ensure ownership buckets")
+		}
+	}
+}
+
+// decide compares held partitions and claims with the assignment of the live set.
+func (l *Leases) decide() []change {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.view.nodesSynced || !l.view.partsSynced {
+		return nil
+	}
+	l.trackClaimants()
+	mine := make(map[int]bool)
+	for _, p := range Assign(l.seq.cfg.Partitions, l.members())[l.cfg.NodeID] {
+		mine[p] = true
+	}
+	var changes []change
 	for p, held := range l.held {
-		if !want[p] {
-			l.release(p, held)
+		c, claimed := l.view.claims[p]
+		if claimed && c.revision < held.revision {
+			continue // the watcher has not delivered this node's own claim yet
+		}
+		switch {
+		case held.lost.Load() || (claimed && c.owner != l.cfg.NodeID):
+			changes = append(changes, change{partition: p, kind: changeLost, from: c})
+		case !claimed:
+			changes = append(changes, change{partition: p, kind: changeReclaim})
+		case !mine[p]:
+			changes = append(changes, change{partition: p, kind: changeRelease, from: c})
 		}
 	}
-	for _, lost := range l.renewAll() {
-		l.seq.metrics.lostLease()
-		line := l.losses.event(&l.log, zerolog.WarnLevel).Int("partition", lost.partition).AnErr("renewal", lost.err)
-		if lost.owner != "" {
-			line = line.Str("owner", lost.owner)
+	for p := range mine {
+		if _, ok := l.held[p]; ok {
+			continue
 		}
-		line.Msg("lost partition lease")
-		l.seq.Release(lost.partition)
-		delete(l.held, lost.partition)
-	}
-	contested := make(map[int]heldBy)
-	for _, p := range mine {
-		if _, ok := l.held[p]; !ok {
-			l.take(p, contested)
-		}
-	}
-	l.contested = contested
-}
-
-func (l *Leases) heartbeat() ([]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
-	defer cancel()
-	if _, err := l.nodes.Put(ctx, l.cfg.NodeID, []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))); err != nil {
-		return nil, err
-	}
-	live, err := l.nodes.Keys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, fmt.Errorf("list live nodes: %w", err)
-	}
-	return live, nil
-}
-
-// renewAll renews every held lease, several at a time so a tick stays short when NATS is slow,
-// and returns the leases that are gone. l.mu is held.
-func (l *Leases) renewAll() []lostLease {
-	const parallel = 16
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		lost []lostLease
-		sem  = make(chan struct{}, parallel)
-	)
-	for p, held := range l.held {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if gone := l.renew(p, held); gone != nil {
-				mu.Lock()
-				lost = append(lost, *gone)
-				mu.Unlock()
+		c, claimed := l.view.claims[p]
+		switch {
+		case !claimed:
+			changes = append(changes, change{partition: p, kind: changeTake})
+		case c.owner == l.cfg.NodeID:
+			// Left by an earlier run of this node, or a take whose answer was lost.
+			changes = append(changes, change{partition: p, kind: changeTake, from: c})
+		case !l.alive(c.owner):
+			var failover time.Duration
+			if hb, ok := l.view.peers[c.owner]; ok {
+				failover = time.Since(hb.at)
 			}
-		}()
+			changes = append(changes, change{partition: p, kind: changeTake, from: c, failover: failover})
+		}
+		// Otherwise its live owner hands it over at its own next tick.
 	}
-	wg.Wait()
-	return lost
+	return changes
 }
 
-// renew extends one lease by compare-and-set on its revision and returns nil while it is still
-// this node's, or what became of it. When the outcome is unclear (a timeout, or a revision that
-// moved on because an earlier timed-out renewal did land) it reads the lease back: still ours
-// means keep it; NATS unreachable means keep it too, since lease.valid stops acks before it can
-// have expired.
-func (l *Leases) renew(p int, held *lease) *lostLease {
-	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+// take claims partition c.partition (created when free, by compare-and-set over the claim seen
+// otherwise) and starts owning it.
+func (l *Leases) take(ctx context.Context, c change) {
+	l.mu.Lock()
+	parts := l.parts
+	l.mu.Unlock()
+	opCtx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
 	defer cancel()
-	rev, renewErr := l.parts.Update(ctx, partitionKey(p), []byte(l.cfg.NodeID), held.revision)
-	if renewErr == nil {
-		held.revision = rev
-		held.renewed.Store(time.Now().UnixNano())
-		l.seq.metrics.renewed()
-		return nil
+	key, me := partitionKey(c.partition), []byte(l.cfg.NodeID)
+	var rev uint64
+	var err error
+	if c.from.revision == 0 {
+		rev, err = parts.Create(opCtx, key, me)
+	} else {
+		rev, err = parts.Update(opCtx, key, me, c.from.revision)
 	}
-	readCtx, cancelRead := context.WithTimeout(context.Background(), leaseOpTimeout)
-	defer cancelRead()
-	entry, err := l.parts.Get(readCtx, partitionKey(p))
-	switch {
-	case err == nil && string(entry.Value()) == l.cfg.NodeID:
-		held.revision = entry.Revision() // renewed with this revision at the next tick
-		return nil
-	case err == nil:
-		return &lostLease{partition: p, owner: string(entry.Value()), err: renewErr}
-	case !errors.Is(err, jetstream.ErrKeyNotFound):
-		return nil
-	}
-	return &lostLease{partition: p, err: renewErr}
-}
-
-// take acquires a free partition assigned to this node and starts owning it; a partition found
-// held by another node goes into contested. l.mu is held.
-func (l *Leases) take(p int, contested map[int]heldBy) {
-	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
-	defer cancel()
-	got, err := l.acquire(ctx, p, contested)
 	if err != nil {
-		return // still held by its previous owner; try again next tick
+		if c.kind == changeReclaim && errors.Is(err, jetstream.ErrKeyExists) {
+			// The watcher may only lag behind this node's own claim; lost only if it is another's.
+			if entry, err := parts.Get(opCtx, key); err == nil && string(entry.Value()) != l.cfg.NodeID {
+				l.lose(change{partition: c.partition, kind: changeLost, from: claim{owner: string(entry.Value())}})
+			}
+		}
+		return // someone else was quicker, or the KV is away: the next tick looks again
 	}
-	held := &lease{revision: got.revision}
-	held.renewed.Store(time.Now().UnixNano())
-	if err := l.seq.Own(p, func() bool { return held.valid(l.cfg.TTL) }); err != nil {
-		l.log.Error().Err(err).Int("partition", p).Msg("own partition")
-		if err := l.parts.Delete(ctx, partitionKey(p), jetstream.LastRevision(got.revision)); err != nil {
-			l.log.Warn().Err(err).Int("partition", p).Msg("give back lease")
+	if c.kind == changeReclaim {
+		l.mu.Lock()
+		if held, ok := l.held[c.partition]; ok {
+			held.revision = rev
+		}
+		l.mu.Unlock()
+		return
+	}
+	held := &lease{revision: rev}
+	if err := l.seq.Own(c.partition, func() bool { return !held.lost.Load() }); err != nil {
+		l.log.Error().Err(err).Int("partition", c.partition).Msg("own partition")
+		if err := parts.Delete(opCtx, key, jetstream.LastRevision(rev)); err != nil {
+			l.log.Warn().Err(err).Int("partition", c.partition).Msg("give back claim")
 		}
 		return
 	}
-	l.held[p] = held
+	l.mu.Lock()
+	l.held[c.partition] = held
+	if now := l.view.claims[c.partition]; now.owner != "" && now.owner != l.cfg.NodeID && now.revision > rev {
+		held.lost.Store(true) // taken again before this node even started
+	}
+	l.mu.Unlock()
 	l.seq.metrics.handover(handoverAcquired)
-	line := l.handovers.event(&l.log, zerolog.InfoLevel).Int("partition", p)
-	if got.previous.owner != "" {
-		failover := time.Since(got.previous.renewed)
-		l.seq.metrics.failedOver(failover)
-		line = line.Str("previous", got.previous.owner).Dur("failover", failover)
+	line := l.handovers.event(&l.log, zerolog.InfoLevel).Int("partition", c.partition)
+	if c.from.owner != "" && c.from.owner != l.cfg.NodeID {
+		l.seq.metrics.failedOver(c.failover)
+		line = line.Str("previous", c.from.owner).Dur("failover", c.failover)
 	}
 	line.Msg("acquired partition lease")
 }
 
-// acquisition is a lease this node just took.
-type acquisition struct {
-	revision uint64
-	// previous is the owner that held the lease without releasing it (it expired, or an earlier
-	// run of this node left it) and its last renewal; zero when the lease was free or released.
-	previous heldBy
-}
-
-// acquire takes a free partition lease, or one still held under this node's own id by a previous
-// run of this node (a restart need not wait for its own lease to expire). It tells a lease that
-// expired from one that was released by trying an update that expects no value first: that
-// succeeds only where the key has no entry at all, which is never after a release, since a release
-// leaves a delete marker (for a TTL).
-func (l *Leases) acquire(ctx context.Context, p int, contested map[int]heldBy) (acquisition, error) {
-	key, me := partitionKey(p), []byte(l.cfg.NodeID)
-	rev, err := l.parts.Update(ctx, key, me, 0)
-	if err == nil {
-		// No value and no delete marker: never held, or expired. If another node held it at the
-		// last tick, it let the lease expire.
-		return acquisition{revision: rev, previous: l.contested[p]}, nil
-	}
-	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
-		return acquisition{}, err
-	}
-	entry, err := l.parts.Get(ctx, key)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		// A delete marker: released by its owner (or, rarely, expired between the two calls,
-		// and then counted as a release). Create writes over the marker.
-		rev, err := l.parts.Create(ctx, key, me)
-		return acquisition{revision: rev}, err
-	case err != nil:
-		return acquisition{}, fmt.Errorf("read lease %d: %w", p, err)
-	case string(entry.Value()) != l.cfg.NodeID:
-		contested[p] = heldBy{owner: string(entry.Value()), renewed: entry.Created()}
-		return acquisition{}, fmt.Errorf("partition %d is held by %s", p, entry.Value())
-	}
-	rev, err = l.parts.Update(ctx, key, me, entry.Revision())
-	if err != nil {
-		return acquisition{}, err
-	}
-	got := acquisition{revision: rev}
-	if entry.Created().Before(l.started) {
-		// Left by an earlier run of this node; one written since is this run's own (a take whose
-		// answer timed out), not a failover.
-		got.previous = heldBy{owner: l.cfg.NodeID, renewed: entry.Created()}
-	}
-	return got, nil
-}
-
-// release persists and answers what partition p queued, then deletes its lease. l.mu is held.
-func (l *Leases) release(p int, held *lease) {
-	l.seq.Release(p)
+// release hands partition p over: its queued sends are persisted and answered, then its claim
+// is deleted so the next owner can take it at its next tick.
+func (l *Leases) release(ctx context.Context, p int) {
+	l.mu.Lock()
+	held := l.held[p]
 	delete(l.held, p)
+	parts := l.parts
+	l.mu.Unlock()
+	l.seq.Release(p)
 	l.seq.metrics.handover(handoverReleased)
 	l.handovers.event(&l.log, zerolog.InfoLevel).Int("partition", p).Msg("released partition lease")
-	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+	opCtx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
 	defer cancel()
-	if err := l.parts.Delete(ctx, partitionKey(p), jetstream.LastRevision(held.revision)); err != nil {
-		l.log.Warn().Err(err).Int("partition", p).Msg("delete lease; it will expire")
+	if err := parts.Delete(opCtx, partitionKey(p), jetstream.LastRevision(held.revision)); err != nil {
+		l.log.Warn().Err(err).Int("partition", p).Msg("delete claim; the next owner takes it over when this node is gone")
 	}
 }
 
-// Close hands every partition over: queued sends are persisted and answered, leases and the
-// heartbeat are deleted so the remaining nodes take over at their next renewal.
+// lose stops owning a partition another node claimed.
+func (l *Leases) lose(c change) {
+	l.mu.Lock()
+	held, ok := l.held[c.partition]
+	delete(l.held, c.partition)
+	l.mu.Unlock()
+	if !ok {
+		return
+	}
+	held.lost.Store(true)
+	l.seq.Release(c.partition)
+	l.seq.metrics.lostLease()
+	line := l.losses.event(&l.log, zerolog.WarnLevel).Int("partition", c.partition)
+	if c.from.owner != "" {
+		line = line.Str("owner", c.from.owner)
+	}
+	line.Msg("lost partition lease")
+}
+
+// Close hands every partition over: queued sends are persisted and answered, claims and the
+// heartbeat are deleted so the remaining nodes take over at their next tick.
 func (l *Leases) Close() {
 	close(l.stop)
+	l.watchers.Wait()
 	<-l.done
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for p, held := range l.held {
-		l.release(p, held)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), leaseOpTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*leaseOpTimeout)
 	defer cancel()
-	if err := l.nodes.Delete(ctx, l.cfg.NodeID); err != nil {
-		l.log.Warn().Err(err).Msg("delete heartbeat; it will expire")
+	l.mu.Lock()
+	held := make([]int, 0, len(l.held))
+	for p := range l.held {
+		held = append(held, p)
+	}
+	nodes := l.nodes
+	l.mu.Unlock()
+	for _, p := range held {
+		l.release(ctx, p)
+	}
+	if err := nodes.Delete(ctx, l.cfg.NodeID); err != nil {
+		l.log.Warn().Err(err).Msg("delete heartbeat; peers judge this node gone within a TTL")
 	}
 }
 
 func partitionKey(p int) string { return "p" + strconv.Itoa(p) }
+
+func partitionOfKey(key string) (int, bool) {
+	digits, ok := strings.CutPrefix(key, "p")
+	if !ok {
+		return 0, false
+	}
+	p, err := strconv.Atoi(digits)
+	return p, err == nil
+}
 
 // Assign maps partitions to nodes: each partition goes to the node ranked highest for it by
 // rendezvous hashing that still has room, and no node gets more than ceil(partitions/nodes). Every

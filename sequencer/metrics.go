@@ -87,11 +87,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		leaseRenewals: f.NewCounter(prometheus.CounterOpts{
 			Name: "chatd_lease_renewals_total",
-			Help: "Partition leases this node renewed successfully.",
+			Help: "Heartbeats this node wrote successfully: one per renewal interval keeps every partition it owns (claims are written only when ownership changes).",
 		}),
 		leaseLosses: f.NewCounter(prometheus.CounterOpts{
 			Name: "chatd_lease_losses_total",
-			Help: "Partition leases this node held and lost: taken by another node or expired before it could renew them.",
+			Help: "Partitions this node owned and lost: claimed by another node that judged it dead.",
 		}),
 		handovers: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatd_partition_handovers_total",
@@ -99,9 +99,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"direction"}),
 		failover: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "chatd_failover_seconds",
-			Help: "How long a partition this node acquired had no live owner: observed only when the previous owner did not release its lease " +
-				"(the lease expired, or an earlier run of this node left it), as the time from the previous owner's last renewal " +
-				"(the Created time of the last lease value this node saw) to this node's acquisition.",
+			Help: "How long a partition this node took over had no live owner: observed only when the previous owner died without handing it over, " +
+				"as the time from that owner's last heartbeat this node saw to the takeover.",
 			Buckets: []float64{.25, .5, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 60},
 		}),
 	}

@@ -20,49 +20,8 @@ import (
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
+	"github.com/chatd/chatd/testenv/promtest"
 )
-
-// sample is one series of a gathered metric: a counter's or gauge's value, or a histogram's
-// sample count and sum.
-type sample struct{ value, count, sum float64 }
-
-// gather reads the series of the metric named name whose labels include labels (name, value
-// pairs) from reg, by its exposed name; a series that does not exist reads as zero.
-func gather(t *testing.T, reg *prometheus.Registry, name string, labels ...string) sample {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, l := range m.GetLabel() {
-					if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue series
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				return sample{value: m.GetCounter().GetValue()}
-			case m.GetGauge() != nil:
-				return sample{value: m.GetGauge().GetValue()}
-			case m.GetHistogram() != nil:
-				return sample{count: float64(m.GetHistogram().GetSampleCount()), sum: m.GetHistogram().GetSampleSum()}
-			}
-		}
-	}
-	return sample{}
-}
 
 // logBuffer collects log lines from any goroutine.
 type logBuffer struct {
@@ -210,7 +169,7 @@ func TestMetricsCountAcksBatchesAndRetries(t *testing.T) {
 	if err := seq.OwnAll(); err != nil {
 		t.Fatal(err)
 	}
-	if got := gather(t, reg, "chatd_partitions_owned").value; got != 4 {
+	if got := promtest.Read(t, reg, "chatd_partitions_owned").Value; got != 4 {
 		t.Fatalf("chatd_partitions_owned = %v after OwnAll of 4, want 4", got)
 	}
 
@@ -233,15 +192,15 @@ func TestMetricsCountAcksBatchesAndRetries(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if got := gather(t, reg, "chatd_sequencer_acks_total").value; got != n {
+	if got := promtest.Read(t, reg, "chatd_sequencer_acks_total").Value; got != n {
 		t.Fatalf("chatd_sequencer_acks_total = %v after %d sends, want %d", got, n, n)
 	}
-	batches := gather(t, reg, "chatd_sequencer_batch_size")
-	if batches.count < 1 || batches.sum != n {
-		t.Fatalf("chatd_sequencer_batch_size has %v batches of %v sends in all, want %d sends", batches.count, batches.sum, n)
+	batches := promtest.Read(t, reg, "chatd_sequencer_batch_size")
+	if batches.Count < 1 || batches.Sum != n {
+		t.Fatalf("chatd_sequencer_batch_size has %v batches of %v sends in all, want %d sends", batches.Count, batches.Sum, n)
 	}
-	if got := gather(t, reg, "chatd_sequencer_store_insert_seconds").count; got != batches.count {
-		t.Fatalf("chatd_sequencer_store_insert_seconds has %v samples, want one per batch (%v)", got, batches.count)
+	if got := promtest.Read(t, reg, "chatd_sequencer_store_insert_seconds").Count; got != batches.Count {
+		t.Fatalf("chatd_sequencer_store_insert_seconds has %v samples, want one per batch (%v)", got, batches.Count)
 	}
 
 	// A retry of an acked send is answered from memory: one hit, one more ack, no store write.
@@ -253,14 +212,14 @@ func TestMetricsCountAcksBatchesAndRetries(t *testing.T) {
 	if err != nil || again.Seq != first.Seq {
 		t.Fatalf("retry = seq %d, %v; want the stored seq %d", again.Seq, err, first.Seq)
 	}
-	if got := gather(t, reg, "chatd_sequencer_recent_id_hits_total").value; got != 1 {
+	if got := promtest.Read(t, reg, "chatd_sequencer_recent_id_hits_total").Value; got != 1 {
 		t.Fatalf("chatd_sequencer_recent_id_hits_total = %v after one retry, want 1", got)
 	}
-	if got := gather(t, reg, "chatd_sequencer_acks_total").value; got != n+1 {
+	if got := promtest.Read(t, reg, "chatd_sequencer_acks_total").Value; got != n+1 {
 		t.Fatalf("chatd_sequencer_acks_total = %v after the retry, want %d", got, n+1)
 	}
-	if got := gather(t, reg, "chatd_sequencer_store_insert_seconds").count; got != batches.count {
-		t.Fatalf("the retry was written to the store: %v insert samples, want %v", got, batches.count)
+	if got := promtest.Read(t, reg, "chatd_sequencer_store_insert_seconds").Count; got != batches.Count {
+		t.Fatalf("the retry was written to the store: %v insert samples, want %v", got, batches.Count)
 	}
 
 	// A sender who is not a member is answered with an error, counted by its reason.
@@ -269,22 +228,22 @@ func TestMetricsCountAcksBatchesAndRetries(t *testing.T) {
 	if !errors.Is(err, sequencer.ErrNotMember) {
 		t.Fatalf("send by a non-member: %v, want ErrNotMember", err)
 	}
-	if got := gather(t, reg, "chatd_sequencer_failures_total", "reason", "not_member").value; got != 1 {
+	if got := promtest.Read(t, reg, "chatd_sequencer_failures_total", "reason", "not_member").Value; got != 1 {
 		t.Fatalf(`chatd_sequencer_failures_total{reason="not_member"} = %v, want 1`, got)
 	}
-	if got := gather(t, reg, "chatd_sequencer_failures_total", "reason", "store").value; got != 0 {
+	if got := promtest.Read(t, reg, "chatd_sequencer_failures_total", "reason", "store").Value; got != 0 {
 		t.Fatalf(`chatd_sequencer_failures_total{reason="store"} = %v, want 0`, got)
 	}
-	if got := gather(t, reg, "chatd_sequencer_queue_depth").value; got != 0 {
+	if got := promtest.Read(t, reg, "chatd_sequencer_queue_depth").Value; got != 0 {
 		t.Fatalf("chatd_sequencer_queue_depth = %v with nothing in flight, want 0", got)
 	}
 
 	seq.Release(1)
-	if got, owned := gather(t, reg, "chatd_partitions_owned").value, len(seq.Owned()); got != float64(owned) || owned != 3 {
+	if got, owned := promtest.Read(t, reg, "chatd_partitions_owned").Value, len(seq.Owned()); got != float64(owned) || owned != 3 {
 		t.Fatalf("chatd_partitions_owned = %v after releasing one of 4, owned %d, want 3", got, owned)
 	}
 	seq.Close()
-	if got := gather(t, reg, "chatd_partitions_owned").value; got != 0 {
+	if got := promtest.Read(t, reg, "chatd_partitions_owned").Value; got != 0 {
 		t.Fatalf("chatd_partitions_owned = %v after Close, want 0", got)
 	}
 }
@@ -320,7 +279,7 @@ func TestMetricsCountQueueOverflow(t *testing.T) {
 	}
 	secondDone := send("second")
 	testenv.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
-		if got := gather(t, reg, "chatd_sequencer_queue_depth").value; got != 1 {
+		if got := promtest.Read(t, reg, "chatd_sequencer_queue_depth").Value; got != 1 {
 			return fmt.Errorf("chatd_sequencer_queue_depth = %v, want the second send waiting", got)
 		}
 		return nil
@@ -339,10 +298,10 @@ func TestMetricsCountQueueOverflow(t *testing.T) {
 	if !strings.Contains(string(answer.Data), "unavailable") {
 		t.Fatalf("a send to a full queue was answered %s, want unavailable", answer.Data)
 	}
-	if got := gather(t, reg, "chatd_sequencer_queue_overflows_total").value; got != 1 {
+	if got := promtest.Read(t, reg, "chatd_sequencer_queue_overflows_total").Value; got != 1 {
 		t.Fatalf("chatd_sequencer_queue_overflows_total = %v after one refused send, want 1", got)
 	}
-	if got := gather(t, reg, "chatd_sequencer_failures_total", "reason", "queue_full").value; got != 1 {
+	if got := promtest.Read(t, reg, "chatd_sequencer_failures_total", "reason", "queue_full").Value; got != 1 {
 		t.Fatalf(`chatd_sequencer_failures_total{reason="queue_full"} = %v, want 1`, got)
 	}
 	overflows := logs.lines(t, "partition queue full; send refused as retryable")
@@ -356,10 +315,10 @@ func TestMetricsCountQueueOverflow(t *testing.T) {
 			t.Fatalf("send held by the store: %v", err)
 		}
 	}
-	if got := gather(t, reg, "chatd_sequencer_acks_total").value; got != 2 {
+	if got := promtest.Read(t, reg, "chatd_sequencer_acks_total").Value; got != 2 {
 		t.Fatalf("chatd_sequencer_acks_total = %v, want the 2 held sends", got)
 	}
-	if got := gather(t, reg, "chatd_sequencer_queue_depth").value; got != 0 {
+	if got := promtest.Read(t, reg, "chatd_sequencer_queue_depth").Value; got != 0 {
 		t.Fatalf("chatd_sequencer_queue_depth = %v once all is answered, want 0", got)
 	}
 }
@@ -394,7 +353,7 @@ func startLeaseNode(t *testing.T, natsURL, id string, partitions int, store sequ
 }
 
 func (n *leaseNode) value(t *testing.T, name string, labels ...string) float64 {
-	return gather(t, n.reg, name, labels...).value
+	return promtest.Read(t, n.reg, name, labels...).Value
 }
 
 // TestLeaseMetrics takes every partition, loses one to an intruder that then lets it expire (a
@@ -419,11 +378,11 @@ func TestLeaseMetrics(t *testing.T) {
 	if got := a.value(t, "chatd_partition_handovers_total", "direction", "acquired"); got != partitions {
 		t.Fatalf(`chatd_partition_handovers_total{direction="acquired"} = %v, want %d`, got, partitions)
 	}
-	if got := gather(t, a.reg, "chatd_failover_seconds").count; got != 0 {
+	if got := promtest.Read(t, a.reg, "chatd_failover_seconds").Count; got != 0 {
 		t.Fatalf("chatd_failover_seconds has %v samples after taking free leases, want none", got)
 	}
 
-	// An intruder overwrites partition 0's lease and never renews it.
+	// An intruder overwrites partition 0's claim and is never heard of again.
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -452,16 +411,17 @@ func TestLeaseMetrics(t *testing.T) {
 		t.Fatalf("lease loss log lines = %v, want one warning naming partition 0, node a and owner intruder", lost)
 	}
 
-	// When the intruder's lease expires, a takes partition 0 back after a failover of about a TTL.
+	// Once a has heard nothing more of the intruder for a TTL, it takes partition 0 back: a
+	// failover of about a TTL.
 	testenv.CheckFor(t, 3*leaseTestTTL, 20*time.Millisecond, func() error {
 		if got := a.value(t, "chatd_partition_handovers_total", "direction", "acquired"); got != partitions+1 {
 			return fmt.Errorf(`chatd_partition_handovers_total{direction="acquired"} = %v, want %d`, got, partitions+1)
 		}
 		return nil
 	})
-	failover := gather(t, a.reg, "chatd_failover_seconds")
-	if failover.count != 1 || failover.sum < (leaseTestTTL-100*time.Millisecond).Seconds() || failover.sum > (leaseTestTTL+2*time.Second).Seconds() {
-		t.Fatalf("chatd_failover_seconds = %v samples summing %vs, want one of about the %s TTL", failover.count, failover.sum, leaseTestTTL)
+	failover := promtest.Read(t, a.reg, "chatd_failover_seconds")
+	if failover.Count != 1 || failover.Sum < (leaseTestTTL-100*time.Millisecond).Seconds() || failover.Sum > (leaseTestTTL+2*time.Second).Seconds() {
+		t.Fatalf("chatd_failover_seconds = %v samples summing %vs, want one of about the %s TTL", failover.Count, failover.Sum, leaseTestTTL)
 	}
 	if got := a.value(t, "chatd_partitions_owned"); got != partitions {
 		t.Fatalf("chatd_partitions_owned = %v after taking partition 0 back, want %d", got, partitions)
@@ -490,7 +450,7 @@ func TestLeaseMetrics(t *testing.T) {
 	if got := b.value(t, "chatd_partition_handovers_total", "direction", "acquired"); got != partitions/2 {
 		t.Fatalf(`b's chatd_partition_handovers_total{direction="acquired"} = %v, want %d`, got, partitions/2)
 	}
-	if got := gather(t, b.reg, "chatd_failover_seconds").count; got != 0 {
+	if got := promtest.Read(t, b.reg, "chatd_failover_seconds").Count; got != 0 {
 		t.Fatalf("b's chatd_failover_seconds has %v samples for released leases, want none", got)
 	}
 	if got := b.value(t, "chatd_partitions_owned"); got != partitions/2 {
@@ -508,7 +468,7 @@ func TestLeaseMetrics(t *testing.T) {
 		}
 		return nil
 	})
-	if got := gather(t, a.reg, "chatd_failover_seconds").count; got != 1 {
+	if got := promtest.Read(t, a.reg, "chatd_failover_seconds").Count; got != 1 {
 		t.Fatalf("a's chatd_failover_seconds has %v samples after b released its share, want still 1", got)
 	}
 	if got := a.value(t, "chatd_lease_losses_total"); got != 1 {

@@ -207,7 +207,7 @@ func (p *partition) flush(batch []pending) {
 		// Another node holds the partition now; what was stored will be found by the new owner
 		// through the unique index when the client retries.
 		p.seq.staleAcks.event(&p.seq.log, zerolog.WarnLevel).Int("partition", p.id).Int("sends", len(batch)).
-			Msg("partition lease too old to ack; sends answered as retryable")
+			Msg("partition claimed by another node; sends answered as retryable")
 		p.convs = make(map[string]*conversationState)
 		for _, e := range entries {
 			e.result, e.code, e.reason = nil, codeUnavailable, failNotOwner

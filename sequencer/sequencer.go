@@ -74,11 +74,22 @@ type Sequencer struct {
 	// metrics is cfg.Metrics, nil when nothing is recorded.
 	metrics *Metrics
 	// overflows and staleAcks rate-limit the incident lines of full queues and of batches not
-	// acked because the lease was too old.
+	// acked because another node claimed the partition.
 	overflows, staleAcks *incidentLog
 
 	mu    sync.Mutex
 	owned map[int]*partition
+
+	// epochs holds, per partition, a context cancelled when the partition's owner changes, so
+	// sends waiting on the old owner (a timeout, a backoff) try the new one at once.
+	epochsMu sync.Mutex
+	epochs   map[int]epoch
+}
+
+// epoch is one owner's time on a partition, as senders see it.
+type epoch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // New returns a sequencer that owns no partition yet.
@@ -95,6 +106,7 @@ func New(cfg Config, nc *nats.Conn, store Store, log zerolog.Logger) (*Sequencer
 		overflows: newIncidentLog(),
 		staleAcks: newIncidentLog(),
 		owned:     make(map[int]*partition),
+		epochs:    make(map[int]epoch),
 	}, nil
 }
 
@@ -136,28 +148,37 @@ func (s *Sequencer) Send(ctx context.Context, req SendRequest) (protocol.Message
 	if err != nil {
 		return protocol.Message{}, fmt.Errorf("encode send request: %w", err)
 	}
-	subject := s.PartitionSubject(s.PartitionOf(req.ConversationID))
+	p := s.PartitionOf(req.ConversationID)
+	subject := s.PartitionSubject(p)
 	backoff := 10 * time.Millisecond
 	for {
-		m, err := s.attempt(ctx, subject, data)
+		owner := s.epoch(p)
+		m, err := s.attempt(ctx, owner, subject, data)
 		if !errors.Is(err, ErrUnavailable) {
 			return m, err
 		}
 		select {
 		case <-ctx.Done():
 			return protocol.Message{}, fmt.Errorf("send to %s: %w (%v)", subject, ErrUnavailable, ctx.Err())
+		case <-owner.Done():
+			backoff = 10 * time.Millisecond // a new owner: ask it now
+			continue
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
 	}
 }
 
-func (s *Sequencer) attempt(ctx context.Context, subject string, data []byte) (protocol.Message, error) {
+// attempt asks the owner once. It gives up at AttemptTimeout, or as soon as the partition's
+// owner changes (owner is cancelled): a request to a dead owner is never answered.
+func (s *Sequencer) attempt(ctx, owner context.Context, subject string, data []byte) (protocol.Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
 	defer cancel()
+	defer context.AfterFunc(owner, cancel)()
 	msg, err := s.nc.RequestWithContext(ctx, subject, data)
 	if err != nil {
-		// No responders (no owner right now), a timeout or a lost connection: all retryable.
+		// No responders (no owner right now), a timeout, a new owner or a lost connection: all
+		// retryable.
 		return protocol.Message{}, fmt.Errorf("request %s: %w (%v)", subject, ErrUnavailable, err)
 	}
 	var r reply
@@ -173,6 +194,29 @@ func (s *Sequencer) attempt(ctx context.Context, subject string, data []byte) (p
 		return protocol.Message{}, fmt.Errorf("reply from %s has no message", subject)
 	}
 	return *r.Message, nil
+}
+
+// epoch returns a context that is cancelled when partition p's owner changes.
+func (s *Sequencer) epoch(p int) context.Context {
+	s.epochsMu.Lock()
+	defer s.epochsMu.Unlock()
+	e, ok := s.epochs[p]
+	if !ok {
+		e.ctx, e.cancel = context.WithCancel(context.Background())
+		s.epochs[p] = e
+	}
+	return e.ctx
+}
+
+// ownerMoved tells waiting senders that partition p has a new owner (or none).
+func (s *Sequencer) ownerMoved(p int) {
+	s.epochsMu.Lock()
+	e, ok := s.epochs[p]
+	delete(s.epochs, p)
+	s.epochsMu.Unlock()
+	if ok {
+		e.cancel()
+	}
 }
 
 // Reload tells the owner of a conversation to re-read its members (or forget it, if it was
