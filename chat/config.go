@@ -25,6 +25,14 @@ const (
 	// DefaultTypingInterval is how often one user's typing in one conversation fans out: clients
 	// show "typing" for a few seconds after each event, so more often says nothing new.
 	DefaultTypingInterval = 3 * time.Second
+	// DefaultMaxConcurrentSyncReads bounds the store reads that (re)connecting sessions run at once
+	// on one node: loading a user's state on Open and a sync's catch-up. When a node dies its
+	// clients reconnect to the others within a second; unbounded, hundreds of catch-ups would
+	// flood the store, and the owners' writes and other users' history and sends would wait
+	// behind them. Sixteen reads already keep a store busy (more would only queue inside it), and
+	// leave most of the store client's pool (mongo-driver's default maxPoolSize is 100) to
+	// everything else. Reconnecting sessions queue for a slot instead.
+	DefaultMaxConcurrentSyncReads = 16
 )
 
 // Config tunes a Service. Zero fields take the defaults above.
@@ -35,6 +43,10 @@ type Config struct {
 	LiveReceiptsMaxMembers int
 	MaxConnectionsPerUser  int
 	TypingInterval         time.Duration
+	// MaxConcurrentSyncReads bounds the store reads of connecting and syncing sessions running at
+	// once on the node (see DefaultMaxConcurrentSyncReads); history, sends and the rest are not
+	// counted.
+	MaxConcurrentSyncReads int
 	// Metrics, if set, records sends, history pages and resyncs; nil records nothing.
 	Metrics *Metrics
 }
@@ -48,6 +60,7 @@ func DefaultConfig() Config {
 		LiveReceiptsMaxMembers: DefaultLiveReceiptsMaxMembers,
 		MaxConnectionsPerUser:  DefaultMaxConnectionsPerUser,
 		TypingInterval:         DefaultTypingInterval,
+		MaxConcurrentSyncReads: DefaultMaxConcurrentSyncReads,
 	}
 }
 
@@ -59,13 +72,14 @@ func (c Config) withDefaults() Config {
 	c.LiveReceiptsMaxMembers = cmp.Or(c.LiveReceiptsMaxMembers, d.LiveReceiptsMaxMembers)
 	c.MaxConnectionsPerUser = cmp.Or(c.MaxConnectionsPerUser, d.MaxConnectionsPerUser)
 	c.TypingInterval = cmp.Or(c.TypingInterval, d.TypingInterval)
+	c.MaxConcurrentSyncReads = cmp.Or(c.MaxConcurrentSyncReads, d.MaxConcurrentSyncReads)
 	return c
 }
 
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
 	if c.SendTimeout < 0 || c.OpTimeout < 0 || c.SyncLimit < 0 || c.LiveReceiptsMaxMembers < 0 ||
-		c.MaxConnectionsPerUser < 0 || c.TypingInterval < 0 {
+		c.MaxConnectionsPerUser < 0 || c.TypingInterval < 0 || c.MaxConcurrentSyncReads < 0 {
 		return errors.New("chat: limits and timeouts must not be negative")
 	}
 	return nil

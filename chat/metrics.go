@@ -50,6 +50,8 @@ type Metrics struct {
 	historyPage    prometheus.Histogram
 	resyncs        prometheus.Counter
 	resyncMessages prometheus.Counter
+	readsShared    prometheus.Counter
+	syncReadWait   prometheus.Histogram
 }
 
 // NewMetrics registers the service's instruments with reg.
@@ -82,6 +84,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		resyncMessages: f.NewCounter(prometheus.CounterOpts{
 			Name: "chatd_resync_messages_total",
 			Help: "Messages missed on the bus that resyncs read from the store and delivered to local connections.",
+		}),
+		readsShared: f.NewCounter(prometheus.CounterOpts{
+			Name: "chatd_store_reads_shared_total",
+			Help: "Sync replays, history pages and conversation look-ups answered by an identical store read another request started: store reads saved.",
+		}),
+		syncReadWait: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "chatd_sync_read_wait_seconds",
+			Help:    "Time connecting and syncing sessions waited for one of the node's sync store read slots; long waits mean a reconnect storm is queueing.",
+			Buckets: latencyBuckets,
 		}),
 	}
 	failed := f.NewCounterVec(prometheus.CounterOpts{
@@ -127,4 +138,20 @@ func (m *Metrics) resynced(n int) {
 	}
 	m.resyncs.Inc()
 	m.resyncMessages.Add(float64(n))
+}
+
+// sharedRead records a request answered by a store read it shared.
+func (m *Metrics) sharedRead() {
+	if m == nil {
+		return
+	}
+	m.readsShared.Inc()
+}
+
+// waitedForSyncRead records a wait for a sync read slot that started at start.
+func (m *Metrics) waitedForSyncRead(start time.Time) {
+	if m == nil {
+		return
+	}
+	m.syncReadWait.Observe(time.Since(start).Seconds())
 }

@@ -147,6 +147,19 @@ func (s *Service) createConversation(ctx context.Context, userID string, c stora
 // ListConversations returns the conversations of userID, without those deleted for them that
 // have had nothing new since.
 func (s *Service) ListConversations(ctx context.Context, userID string) ([]protocol.Conversation, error) {
+	return s.listConversations(ctx, userID, false)
+}
+
+// listConversations is ListConversations; a syncing session's (syncing true) reads the store in
+// a sync read slot.
+func (s *Service) listConversations(ctx context.Context, userID string, syncing bool) ([]protocol.Conversation, error) {
+	if syncing {
+		release, err := s.syncReadSlot(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list conversations of %s: %w", userID, err)
+		}
+		defer release()
+	}
 	convs, err := s.store.ConversationsOf(ctx, userID)
 	if err != nil {
 		return nil, fmt.Errorf("load conversations of %s: %w", userID, err)
@@ -176,7 +189,10 @@ func (s *Service) ListConversations(ctx context.Context, userID string) ([]proto
 // Sync replays to a connection, per conversation named in since, the messages after the seq the
 // client holds (up to SyncLimit each), in seq order and without repeating what the connection
 // already has, while its live pushes wait; then it returns the user's conversations, so the
-// client learns of new ones and of anything still missing beyond the limit.
+// client learns of new ones and of anything still missing beyond the limit. Syncs running at once
+// with identical replays share their store reads (see sharedReads), and the store reads of all
+// syncing and connecting sessions of the node are bounded by MaxConcurrentSyncReads, so a
+// reconnect storm queues here instead of swamping the store.
 func (s *Service) Sync(ctx context.Context, c Conn, since map[string]int64) ([]protocol.Conversation, error) {
 	uid := c.UserID()
 	err := s.engine.Sync(ctx, c, func(push fanout.ReplayFunc) error {
@@ -184,7 +200,7 @@ func (s *Service) Sync(ctx context.Context, c Conn, since map[string]int64) ([]p
 			if _, err := s.positionOf(uid, convID); err != nil {
 				continue // a conversation the user left or never had: nothing to replay
 			}
-			msgs, err := s.store.MessageRange(ctx, convID, have+1, have+int64(s.cfg.SyncLimit))
+			msgs, err := s.syncRange(ctx, convID, have+1, have+int64(s.cfg.SyncLimit))
 			if err != nil {
 				return fmt.Errorf("replay %s: %w", convID, err)
 			}
@@ -203,7 +219,7 @@ func (s *Service) Sync(ctx context.Context, c Conn, since map[string]int64) ([]p
 	if err != nil {
 		return nil, err
 	}
-	return s.ListConversations(ctx, uid)
+	return s.listConversations(ctx, uid, true)
 }
 
 // Anchor says where a history page sits; at most one field is set, none means the latest page.
@@ -222,7 +238,8 @@ type Page struct {
 
 // History answers one page with one bounded range query on {conversationId, seq}. Seqs are gapless
 // (deleted messages stay as tombstones), so the range is computed from the anchor and the page
-// size alone, at any depth.
+// size alone, at any depth. Identical pages asked at once (members opening a conversation after a
+// reconnect) share one query and one conversation look-up (see sharedReads).
 func (s *Service) History(ctx context.Context, userID, convID string, at Anchor, limit int) (Page, error) {
 	start := time.Now()
 	page, err := s.history(ctx, userID, convID, at, limit)
@@ -240,7 +257,7 @@ func (s *Service) history(ctx context.Context, userID, convID string, at Anchor,
 	from, to := pageRange(at, limit, last)
 	// After deleting a conversation for themselves a user sees only what came later.
 	from = max(from, p.hiddenSeq+1)
-	msgs, err := s.store.MessageRange(ctx, convID, from, to)
+	msgs, err := s.pageMessages(ctx, convID, from, to)
 	if err != nil {
 		return Page{}, fmt.Errorf("load page of %s: %w", convID, err)
 	}
@@ -262,7 +279,7 @@ func (s *Service) checkedPosition(ctx context.Context, userID, convID string) (p
 	if err != nil {
 		return position{}, 0, err
 	}
-	conv, err := s.store.Conversation(ctx, convID)
+	conv, err := s.conversation(ctx, convID)
 	if errors.Is(err, storage.ErrNotFound) || (err == nil && !conv.IsMember(userID)) {
 		return position{}, 0, errNotMember // removed, and this node has not heard yet
 	}

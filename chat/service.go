@@ -118,6 +118,22 @@ type Service struct {
 	users [shards]userShard
 
 	typing typingThrottle
+
+	// syncRanges and pageRanges merge identical concurrent message range reads of syncs and of
+	// history pages, and convs the conversation look-ups of history and hiding (see sharedReads).
+	// Syncs and pages are kept apart so a page never waits for a sync read slot.
+	syncRanges *sharedReads[messageRange, []storage.Message]
+	pageRanges *sharedReads[messageRange, []storage.Message]
+	convs      *sharedReads[string, storage.Conversation]
+	// syncReads holds one token per store read of a connecting or syncing session running now, at
+	// most MaxConcurrentSyncReads: a reconnect storm queues here rather than in the store.
+	syncReads chan struct{}
+}
+
+// messageRange is one exact range read, the key under which identical reads are merged.
+type messageRange struct {
+	conversationID string
+	from, to       int64
 }
 
 // shards splits the online users so that unrelated users never contend.
@@ -167,8 +183,13 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, engine *fano
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg.withDefaults(), store: store, seq: seq, reads: reads, bus: bus, engine: engine,
-		log: log.With().Str("component", "chat").Logger(), seed: maphash.MakeSeed()}
+	cfg = cfg.withDefaults()
+	s := &Service{cfg: cfg, store: store, seq: seq, reads: reads, bus: bus, engine: engine,
+		log: log.With().Str("component", "chat").Logger(), seed: maphash.MakeSeed(),
+		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
+		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
+		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads)}
+	s.syncRanges = newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, s.admitSyncRange)
 	for i := range s.users {
 		s.users[i].m = make(map[string]*onlineUser)
 	}
@@ -208,7 +229,8 @@ func (s *Service) lastSeq(convID string, p position) int64 {
 
 // Open registers a connection of its user and returns the user's total unread. On the user's first
 // connection here it loads their conversations and read positions (O(conversations), reading
-// through cursor moves not yet written); the connection then receives its conversations' events.
+// through cursor moves not yet written), in one of the node's sync read slots (see
+// MaxConcurrentSyncReads); the connection then receives its conversations' events.
 func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 	uid := c.UserID()
 	sh := s.shard(uid)
@@ -244,6 +266,11 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 // load reads an online user's state from the store and routes their conversations to them. Joins
 // and leaves heard on the bus while it reads win over what it read.
 func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
+	release, err := s.syncReadSlot(ctx) // one slot for the three reads: a load, once started, ends soon
+	if err != nil {
+		return fmt.Errorf("load %s: %w", uid, err)
+	}
+	defer release()
 	user, err := s.store.User(ctx, uid)
 	if err != nil {
 		return fmt.Errorf("load user %s: %w", uid, err)
