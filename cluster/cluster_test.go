@@ -168,9 +168,6 @@ func TestNATSServerLossIsSurvived(t *testing.T) {
 	}
 }
 
-// leaseStream is the JetStream stream behind the partition lease bucket (sequencer.Leases).
-const leaseStream = "KV_" + sequencer.DefaultSubjectPrefix + "-partitions"
-
 // runCrash streams sends from six members into one group, calls crash with the owner of the
 // group's partition once 1,000 are acknowledged, and checks that sends succeed again within
 // failoverBound (and returns the longest time without an ack after the crash), that every partition gets an owner among the live nodes, and, after another
@@ -250,6 +247,21 @@ func (c *cluster) createGroup(ctx context.Context, name string, members []*membe
 		return nil
 	})
 	return conv.ID
+}
+
+// createGroupWhere creates groups of members until one lands on a partition that want accepts,
+// and returns that one; the others stay, empty.
+func (c *cluster) createGroupWhere(ctx context.Context, name string, members []*member, want func(partition int) bool) string {
+	c.t.Helper()
+	const attempts = 60 // each lands where wanted with a chance of 1/8 or better
+	for i := 1; i <= attempts; i++ {
+		conv := c.createGroup(ctx, fmt.Sprintf("%s try %d", name, i), members)
+		if want(sequencer.PartitionOf(conv, testPartitions)) {
+			return conv
+		}
+	}
+	c.t.Fatalf("%s: no group of %d landed on a wanted partition", name, attempts)
+	return ""
 }
 
 // checkAcks checks that the acks of one conversation carry seqs 1..n, each once, and returns the
