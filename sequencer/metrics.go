@@ -95,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		handovers: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatd_partition_handovers_total",
-			Help: "Partition leases this node acquired, or released (gave up on purpose, at shutdown or when the assignment moved them); a lost lease is counted in chatd_lease_losses_total instead.",
+			Help: "Partitions this node acquired, or released (handed over on purpose, at shutdown or when the assignment moved them); a lost partition is counted in chatd_lease_losses_total instead.",
 		}, []string{"direction"}),
 		failover: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "chatd_failover_seconds",
