@@ -2,10 +2,12 @@ package sequencer_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -125,7 +127,30 @@ func (s *memStore) MessageByClientID(_ context.Context, conv, clientMsgID string
 	return storage.Message{}, storage.ErrNotFound
 }
 
-func (s *memStore) AdvanceLastSeq(context.Context, map[string]int64) error { return nil }
+func (s *memStore) MessageRange(_ context.Context, conv string, from, to int64) ([]storage.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []storage.Message
+	for _, m := range s.msgs {
+		if m.ConversationID == conv && m.Seq >= from && m.Seq <= to {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b storage.Message) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, nil
+}
+
+func (s *memStore) AdvanceLastSeq(_ context.Context, lastSeqs map[string]int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, seq := range lastSeqs {
+		if c, ok := s.convs[id]; ok && seq > c.LastSeq {
+			c.LastSeq = seq
+			s.convs[id] = c
+		}
+	}
+	return nil
+}
 
 // holdInserts makes the next inserts wait until release; blocked receives as each starts waiting.
 func (s *memStore) holdInserts() (blocked <-chan struct{}, release func()) {

@@ -363,15 +363,38 @@ func (p *partition) publish(entries []*entry) {
 			continue
 		}
 		published[e] = true
-		data, err := json.Marshal(*e.stored)
-		if err != nil {
-			p.seq.log.Error().Err(err).Msg("encode message event")
-			continue
-		}
-		if err := p.seq.nc.Publish(p.seq.MessageSubject(e.stored.ConversationID), data); err != nil {
-			// Members' clients fill the gap from history when the next message arrives.
-			p.seq.log.Error().Err(err).Str("conversation", e.stored.ConversationID).Msg("publish message")
-		}
+		p.publishOne(*e.stored)
+	}
+}
+
+// republish publishes again the stored messages from..to of a conversation whose lastSeq trails
+// its messages: they were stored by a batch whose end this owner never saw (an insert whose answer
+// was lost when the store went away, or an owner that died between persist and fan-out), so they
+// may never have been published. It runs before the conversation's next seq is assigned, so live
+// members get them in seq order; receivers drop the seqs they have. Only the last MaxBatch are
+// looked at: one lost batch.
+func (p *partition) republish(ctx context.Context, conversationID string, from, to int64) {
+	msgs, err := p.seq.store.MessageRange(ctx, conversationID, from, to)
+	if err != nil {
+		// Members' clients fill the gap from history when the next message arrives.
+		p.seq.log.Warn().Err(err).Str("conversation", conversationID).Msg("read unconfirmed messages to publish")
+		return
+	}
+	for _, m := range msgs {
+		p.publishOne(WireMessage(m))
+	}
+}
+
+// publishOne sends one stored message to its conversation's fan-out subject.
+func (p *partition) publishOne(m protocol.Message) {
+	data, err := json.Marshal(m)
+	if err != nil {
+		p.seq.log.Error().Err(err).Msg("encode message event")
+		return
+	}
+	if err := p.seq.nc.Publish(p.seq.MessageSubject(m.ConversationID), data); err != nil {
+		// Members' clients fill the gap from history when the next message arrives.
+		p.seq.log.Error().Err(err).Str("conversation", m.ConversationID).Msg("publish message")
 	}
 }
 
@@ -427,6 +450,9 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 	high, err := p.seq.store.HighestSeq(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if high > conv.LastSeq {
+		p.republish(ctx, id, max(conv.LastSeq+1, high-int64(p.seq.cfg.MaxBatch)+1), high)
 	}
 	c := &conversationState{members: memberSet(conv.Members), lastSeq: max(conv.LastSeq, high)}
 	if len(p.convs) >= maxCachedConversations {

@@ -36,6 +36,7 @@ type Store interface {
 	HighestSeq(ctx context.Context, conversationID string) (int64, error)
 	InsertMessages(ctx context.Context, msgs []storage.Message) error
 	MessageByClientID(ctx context.Context, conversationID, clientMsgID string) (storage.Message, error)
+	MessageRange(ctx context.Context, conversationID string, from, to int64) ([]storage.Message, error)
 	AdvanceLastSeq(ctx context.Context, lastSeqs map[string]int64) error
 }
 

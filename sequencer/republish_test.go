@@ -1,0 +1,89 @@
+package sequencer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/sequencer"
+	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/testenv"
+)
+
+// lossyStore stores an insert but answers it with an error, once: the store went away after
+// writing and before answering.
+type lossyStore struct {
+	*memStore
+	lose   chan struct{} // closed once the lost answer has been given
+	onLost func()        // called when it is
+}
+
+func (s *lossyStore) InsertMessages(ctx context.Context, msgs []storage.Message) error {
+	err := s.memStore.InsertMessages(ctx, msgs)
+	select {
+	case <-s.lose:
+		return err
+	default:
+		close(s.lose)
+		s.onLost()
+		return errors.New("connection closed by the other side: EOF")
+	}
+}
+
+// TestStoredButUnansweredSendIsPublishedInOrder: a send whose insert landed but whose answer was
+// lost is not acked, and the owner forgets the conversation; when the next send loads it again,
+// the owner publishes the unconfirmed message before the new one, so a live member gets every seq
+// in order instead of a gap before the next message.
+func TestStoredButUnansweredSendIsPublishedInOrder(t *testing.T) {
+	store := &lossyStore{memStore: newMemStore(groupOf("c1", "alice", "bob")), lose: make(chan struct{})}
+	url := testenv.NATS(t)
+	seq, nc := startSequencer(t, url, sequencer.Config{Partitions: 1, AttemptTimeout: time.Second}, store, zerolog.Nop())
+	if err := seq.OwnAll(); err != nil {
+		t.Fatal(err)
+	}
+	published := make(chan protocol.Message, 16)
+	sub, err := nc.Subscribe(seq.MessageSubject("c1"), func(m *nats.Msg) {
+		var msg protocol.Message
+		if err := json.Unmarshal(m.Data, &msg); err == nil {
+			published <- msg
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	ctx := sendContext(t)
+	// alice gives up when the answer is lost (her client went away too), so nobody retries.
+	first, cancel := context.WithCancel(ctx)
+	store.onLost = cancel
+	_, err = seq.Send(first, sequencer.SendRequest{ConversationID: "c1", SenderID: "alice", ClientMsgID: "m1", Kind: storage.KindText, Body: "one"})
+	cancel()
+	if !errors.Is(err, sequencer.ErrUnavailable) {
+		t.Fatalf("send whose answer was lost: %v; want ErrUnavailable", err)
+	}
+	m, err := seq.Send(ctx, sequencer.SendRequest{ConversationID: "c1", SenderID: "bob", ClientMsgID: "m2", Kind: storage.KindText, Body: "two"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Seq != 2 {
+		t.Fatalf("next send got seq %d; want 2 (seq 1 is stored)", m.Seq)
+	}
+	for want := int64(1); want <= 2; want++ {
+		select {
+		case got := <-published:
+			if got.Seq != want {
+				t.Fatalf("published seq %d; want %d: %s", got.Seq, want, fmt.Sprint(got))
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("seq %d never published", want)
+		}
+	}
+}
