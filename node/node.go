@@ -190,6 +190,9 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			log.Info().Str("server", c.ConnectedUrl()).Msg("nats reconnected")
 			natsStats.reconnects.Inc()
+			if n.seq != nil {
+				n.seq.Reconnected()
+			}
 			select {
 			case n.reconnected <- struct{}{}:
 			default: // a resync is already due

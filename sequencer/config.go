@@ -13,8 +13,10 @@ const (
 	// DefaultSubjectPrefix starts every NATS subject the chat server uses.
 	DefaultSubjectPrefix = "chat"
 	// DefaultAttemptTimeout bounds one request to a partition owner; a flush to a healthy store
-	// takes milliseconds, so two seconds means the owner is gone or the store is down.
-	DefaultAttemptTimeout = 2 * time.Second
+	// takes milliseconds, so a second means the request was lost (with a NATS server that went
+	// away, or an owner that died) or the store is down. Retrying is safe (the clientMsgId), and
+	// this is most of what a send waits when a NATS server is lost.
+	DefaultAttemptTimeout = time.Second
 	// DefaultMaxBatch bounds one group commit: one insertMany of at most this many messages.
 	DefaultMaxBatch = 512
 	// DefaultQueueSize bounds the sends waiting on one partition; past it a send is refused as

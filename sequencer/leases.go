@@ -328,7 +328,7 @@ func (l *Leases) applyClaim(e jetstream.KeyValueEntry) {
 // held.
 func (l *Leases) alive(node string) bool {
 	hb, ok := l.view.peers[node]
-	return node == l.cfg.NodeID || (ok && l.view.beats-hb.atBeat <= l.deadAfter)
+	return node == l.cfg.NodeID || (ok && l.view.beats-hb.atBeat < l.deadAfter)
 }
 
 // members returns the nodes partitions are assigned to: the live ones whose heartbeat was seen.

@@ -220,10 +220,11 @@ func (p *partition) flush(batch []pending) {
 		}
 	}
 	for i, e := range entries {
-		p.respond(batch[i].replyTo, reply{Message: e.result, Code: e.code})
+		// Counted before the answer, so whoever got the answer sees it counted.
 		if req := batch[i].req; !req.Reload || req.Kind != "" { // a bare reload is not a send
 			p.seq.metrics.answered(e.result != nil, e.reason)
 		}
+		p.respond(batch[i].replyTo, reply{Message: e.result, Code: e.code})
 	}
 }
 

@@ -209,6 +209,19 @@ func (s *Sequencer) epoch(p int) context.Context {
 	return e.ctx
 }
 
+// Reconnected tells waiting senders that this node's NATS connection was re-established:
+// requests and replies in flight when it went down are lost, so every waiting send asks again at
+// once instead of at its attempt timeout.
+func (s *Sequencer) Reconnected() {
+	s.epochsMu.Lock()
+	epochs := s.epochs
+	s.epochs = make(map[int]epoch)
+	s.epochsMu.Unlock()
+	for _, e := range epochs {
+		e.cancel()
+	}
+}
+
 // ownerMoved tells waiting senders that partition p has a new owner (or none).
 func (s *Sequencer) ownerMoved(p int) {
 	s.epochsMu.Lock()
