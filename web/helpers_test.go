@@ -351,3 +351,49 @@ func (p *page) untilShown(from, to int64) {
 		return seqs.every((s, i) => s === %d + i);
 	})()`, to-from+1, from))
 }
+
+// insertText types text at the caret the way an input method or a paste does: one input event
+// for all of it, subject to the same limits (maxlength) as typing.
+func insertText(text string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, t, input.InsertText, input.InsertTextParams{Text: text}); err != nil {
+			return fmt.Errorf("insert %d characters: %w", len(text), err)
+		}
+		return nil
+	})
+}
+
+// scrollToTop scrolls the open conversation up, page by page, until its first message is loaded.
+func (p *page) scrollToTop() {
+	p.t.Helper()
+	for range 20 {
+		if eval[bool](p, `document.getElementById('messages').dataset.hasBefore === 'false'`) {
+			return
+		}
+		first := eval[string](p, `document.getElementById('messages').dataset.firstSeq`)
+		p.do("scroll to the top", chromedp.Evaluate[chromedp.Void](`document.getElementById('scroller').scrollTop = 0`))
+		p.waitFor("an older page", fmt.Sprintf(`document.getElementById('messages').dataset.firstSeq !== %q`, first))
+	}
+	p.fail("the first message did not load after 20 pages")
+}
+
+// inView is a JavaScript condition: the message with seq is wholly inside the message pane.
+func inView(seq int64) string {
+	return fmt.Sprintf(`(() => {
+		const e = document.querySelector('#messages > li[data-seq="%d"]');
+		if (!e) return false;
+		const box = document.getElementById('scroller').getBoundingClientRect(), r = e.getBoundingClientRect();
+		return r.top >= box.top - 1 && r.bottom <= box.bottom + 1;
+	})()`, seq)
+}
+
+// readToBottom scrolls the open conversation down until the page has sent its read cursor for
+// seq and shows nothing unread: the page marks read only what has been on screen.
+func (p *page) readToBottom(seq int64) {
+	p.t.Helper()
+	p.do(fmt.Sprintf("scroll down until %d is read", seq), chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => {
+		const sc = document.getElementById('scroller');
+		sc.scrollTop = sc.scrollHeight;
+		return document.getElementById('messages').dataset.sentRead === '%d' && document.title === 'chatd';
+	})()`, seq), chromedp.WithPollingInterval(pollInterval), chromedp.WithPollingTimeout(waitTimeout)))
+}

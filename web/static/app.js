@@ -19,6 +19,12 @@
   const PAGE_RETRY_MS = 2000; // after a failed page load, scrolling tries again no sooner than this
   const HEARTBEAT_MS = 20000; // a ping frame this often finds a dead connection (browsers hide WebSocket pings)
   const PONG_TIMEOUT_MS = 10000; // no pong within this long: the connection is dead, reconnect
+  const MAX_BODY_BYTES = 16384; // protocol.MaxBodyBytes: the server counts a body's UTF-8 bytes
+  const LONG_BODY_CHARS = 1200; // a body longer than this, or of more lines than LONG_BODY_LINES, is collapsed
+  const LONG_BODY_LINES = 14;
+  const PREVIEW_CHARS = 600; // what a collapsed body shows; only this much is laid out until expanded
+  const PREVIEW_LINES = 8;
+  const RESEND_MAX_TRIES = 5; // automatic resends of one message refused as rate limited, per reconnect
   const AUTH_KEY = 'chatd.auth';
   const PENDING_KEY = 'chatd.pending.';
   const READS_KEY = 'chatd.reads.'; // read cursors sent while the page unloaded, in case they were lost
@@ -28,7 +34,7 @@
     loginView: $('login-view'), loginForm: $('login-form'), loginName: $('login-name'),
     loginSubmit: $('login-submit'), loginError: $('login-error'),
     chatView: $('chat-view'), status: $('conn-status'), reconnectNow: $('reconnect-now'),
-    me: $('me'), signOut: $('sign-out'),
+    me: $('me'), signOut: $('sign-out'), backBadge: $('back-badge'), send: $('send'), warning: $('composer-warning'),
     dmForm: $('dm-form'), dmUser: $('dm-user'), groupForm: $('group-form'), groupName: $('group-name'),
     groupMembers: $('group-members'), groupDetails: $('group-details'), sidebarError: $('sidebar-error'),
     convList: $('conv-list'), convEmpty: $('conv-empty'),
@@ -49,6 +55,8 @@
     buffers: new Map(), // conversation id -> live messages that arrived while its window loaded
     pending: new Map(), // clientMsgId -> unconfirmed send
     divider: null, // {convId, afterSeq}: the "new messages" line of the open conversation
+    expanded: new Set(), // "<conversation id>:<seq>" of long messages the user expanded
+    following: true, // the open conversation is scrolled to its newest message and should stay there
     view: 0, // bumped when the open conversation or its window is replaced
   };
 
@@ -58,10 +66,11 @@
   };
 
   class RequestError extends Error {
-    constructor(code, message, retryable) {
+    constructor(code, message, retryable, retryAfterMs = 0) {
       super(message);
       this.code = code;
       this.retryable = retryable;
+      this.retryAfterMs = retryAfterMs;
     }
   }
 
@@ -312,7 +321,7 @@
     if (w) {
       conn.waiting.delete(f.id);
       clearTimeout(w.timer);
-      if (f.type === 'error') w.reject(new RequestError(f.code, f.message, !!f.retryable));
+      if (f.type === 'error') w.reject(new RequestError(f.code, f.message, !!f.retryable, f.retryAfterMs || 0));
       else w.resolve(f);
       return;
     }
@@ -358,6 +367,7 @@
     applyConversationList(reply.conversations || []);
     resendSavedReads();
     setStatus('connected', 'Connected');
+    resendFailed();
     for (const [id, w] of state.windows) {
       const c = state.convs.get(id);
       if (c && c.lastSeq > w.hi) w.hasAfter = true; // more than the replay limit was missed
@@ -498,6 +508,7 @@
     c.readSeq = Math.max(c.readSeq, f.readSeq || 0);
     c.unread = Math.max(0, c.lastSeq - c.readSeq);
     renderConvList();
+    if (c.id === state.openId) updateCue(); // read on another device: fewer are new here too
   }
 
   function onReceipt(f) {
@@ -573,6 +584,7 @@
   function renderConvList() {
     const convs = [...state.convs.values()].filter((c) => c.lastSeq >= c.firstSeq || c.lastSeq === 0).sort((a, b) => b.activity - a.activity || (a.id < b.id ? -1 : 1));
     ui.convEmpty.hidden = convs.length > 0;
+    renderBackBadge();
     reconcile(ui.convList, convs.map((c) => ({
       key: c.id,
       sig: [convTitle(c), c.unread, c.id === state.openId, typers(c).length, c.kind, c.members.length].join('|'),
@@ -587,6 +599,17 @@
       },
       update: (li) => fillConvItem(li, c),
     })));
+  }
+
+  // renderBackBadge counts the unread messages of the other conversations on the back button: on a
+  // phone the open conversation covers the list, and this is where activity elsewhere shows.
+  function renderBackBadge() {
+    let n = 0;
+    for (const c of state.convs.values()) if (c.id !== state.openId) n += c.unread;
+    const text = n > 999 ? '999+' : String(n);
+    ui.backBadge.hidden = n === 0;
+    if (ui.backBadge.textContent !== text) ui.backBadge.textContent = text;
+    ui.back.setAttribute('aria-label', n > 0 ? `Back to conversations, ${n} unread` : 'Back to conversations');
   }
 
   // fillConvItem updates a list entry in place: the button stays the same element, so focus,
@@ -734,7 +757,10 @@
     }
     w.loading = false;
     ui.loading.hidden = true;
-    if (openWindow() === w) renderMessages();
+    if (openWindow() === w) {
+      renderMessages();
+      refreshReceiptsSoon(); // own messages of the new page need their ticks
+    }
   }
 
   async function loadNewer() {
@@ -754,7 +780,10 @@
       w.retryAt = Date.now() + PAGE_RETRY_MS;
     }
     w.loading = false;
-    if (openWindow() === w) renderMessages();
+    if (openWindow() === w) {
+      renderMessages();
+      refreshReceiptsSoon();
+    }
   }
 
   function maybeLoadMore() {
@@ -858,7 +887,7 @@
     const w = openWindow();
     const sc = ui.scroller;
     if (!c || !w) return;
-    const stick = nearBottom();
+    const stick = state.following;
     const anchor = scrollAnchor();
     const myId = me();
 
@@ -896,16 +925,58 @@
         sc.scrollTop += e.getBoundingClientRect().top - sc.getBoundingClientRect().top - (scroll.divider ? 4 : sc.clientHeight / 3);
         if (scroll.highlight) flash(e);
       }
-    } else if (scroll.bottom || (stick && !w.hasAfter)) {
+      state.following = nearBottom();
+    } else if (scroll.bottom) {
       sc.scrollTop = sc.scrollHeight;
+      state.following = true;
+    } else if (stick && !w.hasAfter) {
+      followNewest(c);
     } else if (anchor && anchor.e.isConnected) {
       sc.scrollTop += anchor.e.getBoundingClientRect().top - anchor.top;
     }
-    ui.jumpLatest.hidden = !w.hasAfter;
+    observeMessages();
+    updateCue();
     updateSlider(c);
     // After layout, look at what the user sees: mark it read, and fetch more if an edge that has
     // more is in view (a short page, or a gap found after a reconnect scrolls nothing).
     setTimeout(() => { maybeLoadMore(); markVisibleRead(); }, 0);
+  }
+
+  // followNewest keeps a conversation that was at its newest message there, but never scrolls past
+  // a message the user has not had on screen: after a long outage the replayed backlog stops with
+  // its first unseen message at the top, and the cue counts the rest.
+  function followNewest(c) {
+    const sc = ui.scroller;
+    let top = sc.scrollHeight - sc.clientHeight;
+    const seen = seenSeq(c);
+    for (const e of ui.list.querySelectorAll('li[data-seq]')) {
+      if (Number(e.dataset.seq) <= seen || e.dataset.sender === me()) continue;
+      top = Math.min(top, sc.scrollTop + e.getBoundingClientRect().top - sc.getBoundingClientRect().top - 8);
+      break;
+    }
+    if (top > sc.scrollTop) sc.scrollTop = top;
+  }
+
+  // updateCue shows, over the bottom of the messages, how many arrived below what the user has seen
+  // ("3 new messages"), or "Jump to latest" when the window does not reach the newest message.
+  function updateCue() {
+    const c = openConv();
+    const w = openWindow();
+    if (!c || !w) { ui.jumpLatest.hidden = true; return; }
+    const fresh = Math.max(0, c.lastSeq - seenSeq(c));
+    const hide = !w.hasAfter && (fresh === 0 || nearBottom());
+    const text = fresh > 0 ? `${fresh} new message${fresh === 1 ? '' : 's'} ↓` : 'Jump to latest ↓';
+    if (ui.jumpLatest.textContent !== text) ui.jumpLatest.textContent = text;
+    ui.jumpLatest.hidden = hide;
+  }
+
+  function jumpToLatest() {
+    const c = openConv();
+    const w = openWindow();
+    if (!c || !w) return;
+    state.following = true;
+    if (w.hasAfter) replaceWindow(c.id, {}, { bottom: true });
+    else ui.scroller.scrollTop = ui.scroller.scrollHeight;
   }
 
   function scrollAnchor() {
@@ -920,6 +991,14 @@
   function flash(e) {
     e.classList.add('flash');
     setTimeout(() => e.classList.remove('flash'), 1600);
+  }
+
+  function oldestUnreadOwnSeq(c, w) {
+    for (let s = Math.max(w.lo, c.peerReadSeq + 1); s <= w.hi; s++) {
+      const m = w.bySeq.get(s);
+      if (m && m.senderId === me() && m.kind === 'text') return s;
+    }
+    return 0;
   }
 
   function lastOwnSeq(w) {
@@ -948,15 +1027,53 @@
     return h('li', { class: 'divider', role: 'separator', 'aria-label': 'New messages' }, h('span', {}, 'New messages'));
   }
 
-  function bodyOf(m) {
+  // bodyOf is a message's text, laid out in the direction of its own script (dir="auto": Hebrew
+  // and Arabic run right to left). A long body is collapsed behind "Show more", and only its
+  // preview is laid out until then: a 16 KB body costs layout on every change of the pane.
+  function bodyOf(m, convId = m.conversationId) {
     if (m.kind === 'deleted') return h('p', { class: 'body deleted' }, 'This message was deleted.');
-    return h('p', { class: 'body' }, m.body || '');
+    const text = m.body || '';
+    const preview = previewOf(text);
+    if (preview === null) return h('p', { class: 'body', dir: 'auto' }, text);
+    const key = `${convId}:${m.seq}`;
+    const body = h('p', { class: 'body', dir: 'auto', id: `body-${m.seq}` });
+    const toggle = h('button', { type: 'button', class: 'show-more link', 'aria-controls': body.id });
+    const show = (expanded) => {
+      body.textContent = expanded ? text : preview;
+      toggle.textContent = expanded ? 'Show less' : 'Show more';
+      toggle.setAttribute('aria-expanded', String(expanded));
+    };
+    toggle.addEventListener('click', () => {
+      const expanded = !state.expanded.has(key);
+      if (expanded) state.expanded.add(key); else state.expanded.delete(key);
+      show(expanded); // in place, so focus stays on the toggle
+    });
+    show(state.expanded.has(key));
+    const frag = document.createDocumentFragment();
+    frag.append(body, toggle);
+    return frag;
+  }
+
+  // previewOf is the start of a long text, cut at a line end or PREVIEW_CHARS; null for a text
+  // short enough to show whole.
+  function previewOf(text) {
+    let lines = 0;
+    let cut = -1;
+    for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) {
+      lines++;
+      if (lines === PREVIEW_LINES) cut = i;
+      if (lines >= LONG_BODY_LINES) break;
+    }
+    if (text.length <= LONG_BODY_CHARS && lines < LONG_BODY_LINES) return null;
+    let end = Math.min(text.length, PREVIEW_CHARS);
+    if (cut !== -1 && cut < end) end = cut;
+    return `${text.slice(0, end).trimEnd()}…`;
   }
 
   function messageItem(c, m, status) {
     const mine = m.senderId === me();
     if (m.kind === 'system') {
-      return h('li', { class: 'msg system', 'data-seq': m.seq }, h('p', { class: 'body' }, m.body || ''));
+      return h('li', { class: 'msg system', 'data-seq': m.seq }, h('p', { class: 'body', dir: 'auto' }, m.body || ''));
     }
     const attrs = {
       class: `msg ${mine ? 'mine' : 'theirs'}`, 'data-seq': m.seq, 'data-sender': m.senderId,
@@ -967,7 +1084,7 @@
     return h('li', attrs,
       h('div', { class: 'bubble' },
         h('span', { class: mine || c.kind === 'dm' ? 'sr-only' : 'sender' }, mine ? 'You' : m.senderId),
-        bodyOf(m),
+        bodyOf(m, c.id),
         h('span', { class: 'meta' },
           h('time', { datetime: m.createdAt }, formatTime(m.createdAt)),
           status ? h('span', { class: `tick ${status.sig}`, role: 'img', 'aria-label': status.label, title: status.title || status.label }, status.text) : null)));
@@ -978,10 +1095,10 @@
     return h('li', { class: `msg mine ${p.state}`, 'data-state': p.state, 'data-client-msg-id': p.clientMsgId },
       h('div', { class: 'bubble' },
         h('span', { class: 'sr-only' }, 'You'),
-        h('p', { class: 'body' }, p.body),
+        h('p', { class: 'body', dir: 'auto' }, previewOf(p.body) ?? p.body),
         h('span', { class: 'meta' }, failed
           ? h('span', { class: 'fail', role: 'alert' }, p.error || 'Not sent.')
-          : h('span', { class: 'tick sending', role: 'img', 'aria-label': 'Sending' }, '…')),
+          : h('span', { class: 'tick sending', role: 'img', 'aria-label': p.state === 'queued' ? 'Waiting to send' : 'Sending' }, '…')),
         failed ? h('span', { class: 'actions' },
           p.retryable ? h('button', { type: 'button', class: 'retry', onclick: () => attemptSend(p) }, 'Retry') : null,
           h('button', { type: 'button', class: 'discard link', onclick: () => discardPending(p) }, 'Discard')) : null));
@@ -1015,20 +1132,56 @@
 
   const reads = { convId: null, seq: 0, timer: null, sent: new Map() };
 
-  // markVisibleRead moves the read cursor to the newest message the user can see, if the page is
-  // visible; the frame is sent after READ_DEBOUNCE_MS, or at once when the page is hidden.
+  // What is on screen: the browser tells an IntersectionObserver which message elements of the open
+  // conversation are in the pane (more than the bottom 8 px) at each frame it draws. Only these
+  // count as read, so messages scrolled past by the page itself, or laid out below the fold, stay
+  // unread until the user has had them in view.
+  const onScreen = new Set(); // message elements in view now
+  const observed = new Set();
+  const screenObserver = new IntersectionObserver((entries) => {
+    for (const en of entries) {
+      if (en.isIntersecting) onScreen.add(en.target);
+      else onScreen.delete(en.target);
+    }
+    markVisibleRead();
+    updateCue();
+  }, { root: ui.scroller, rootMargin: '0px 0px -8px 0px' });
+
+  // observeMessages watches the message elements a render added and forgets those it removed.
+  function observeMessages() {
+    for (const e of observed) {
+      if (e.parentNode === ui.list) continue;
+      screenObserver.unobserve(e);
+      observed.delete(e);
+      onScreen.delete(e);
+    }
+    for (const e of ui.list.children) {
+      if (e.dataset.seq && !observed.has(e)) {
+        observed.add(e);
+        screenObserver.observe(e);
+      }
+    }
+  }
+
+  function newestOnScreen() {
+    let seq = 0;
+    for (const e of onScreen) if (e.parentNode === ui.list) seq = Math.max(seq, Number(e.dataset.seq));
+    return seq;
+  }
+
+  // seenSeq is the newest message of c the user has read or has on screen.
+  function seenSeq(c) {
+    let seq = Math.max(c.readSeq, reads.sent.get(c.id) || 0, reads.convId === c.id ? reads.seq : 0);
+    if (c.id === state.openId && document.visibilityState === 'visible') seq = Math.max(seq, newestOnScreen());
+    return seq;
+  }
+
+  // markVisibleRead moves the read cursor to the newest message the user has on screen, if the
+  // page is visible; the frame is sent after READ_DEBOUNCE_MS, or at once when the page is hidden.
   function markVisibleRead() {
     const c = openConv();
     if (!c || document.visibilityState !== 'visible' || ui.convBody.hidden) return;
-    const box = ui.scroller.getBoundingClientRect();
-    let seq = 0;
-    const items = ui.list.children;
-    for (let i = items.length - 1; i >= 0; i--) {
-      const e = items[i];
-      if (!e.dataset.seq) continue;
-      const r = e.getBoundingClientRect();
-      if (r.top < box.bottom - 8 && r.bottom > box.top) { seq = Number(e.dataset.seq); break; }
-    }
+    const seq = newestOnScreen();
     if (seq <= Math.max(c.readSeq, reads.sent.get(c.id) || 0)) return;
     if (reads.convId && reads.convId !== c.id) flushRead();
     reads.convId = c.id;
@@ -1092,13 +1245,15 @@
     receiptsTimer = setTimeout(refreshReceipts, 300);
   }
 
-  // refreshReceipts asks who read the newest own message of the open conversation: it gives a DM's
-  // peer position (ticks) and a group's "read by N".
+  // refreshReceipts asks who read an own message of the open conversation. In a group it is the
+  // newest one ("read by N"). In a DM it is the oldest one not known to be read: the peer is listed,
+  // with their read position, when they have read it, and that position gives the ticks of every
+  // own message, also of those loaded later (after a reload the page knows no receipt pushes).
   async function refreshReceipts() {
     const c = openConv();
     const w = openWindow();
     if (!c || !w || !conn.live) return;
-    const seq = lastOwnSeq(w);
+    const seq = c.kind === 'dm' ? oldestUnreadOwnSeq(c, w) : lastOwnSeq(w);
     if (!seq) return;
     try {
       const r = await request({ type: 'receipts', conversationId: c.id, seq });
@@ -1135,22 +1290,80 @@
     ev.preventDefault();
     const c = openConv();
     const body = ui.input.value;
-    if (!c || !body.trim()) return;
-    if (new TextEncoder().encode(body).length > 16384) {
-      ui.typing.textContent = 'That message is too long (16 KB at most).';
-      return;
-    }
+    if (!c || !body.trim() || !checkDraft()) return; // too long: the warning says so, the text stays
     ui.input.value = '';
     autosize();
+    checkDraft();
     const p = { clientMsgId: uuid(), convId: c.id, body, createdAt: new Date().toISOString(), state: 'sending' };
     state.pending.set(p.clientMsgId, p);
     savePending();
     const w = openWindow();
     if (w && w.hasAfter) replaceWindow(c.id, {}, { bottom: true }); // show the newest, where the message goes
     else renderMessages({ bottom: true });
-    attemptSend(p);
+    if (outbox.draining) p.state = 'queued'; // behind the resends, to keep the order it was written in
+    else attemptSend(p);
+    drainOutbox();
   }
 
+  // checkDraft counts the draft the way the server does (UTF-8 bytes, protocol.MaxBodyBytes) and,
+  // when it is over, says so and disables Send; the text is kept for the user to shorten. It
+  // reports whether the draft fits.
+  function checkDraft() {
+    const bytes = new TextEncoder().encode(ui.input.value).length;
+    const over = bytes > MAX_BODY_BYTES;
+    const text = over ? `Too long to send: ${bytes.toLocaleString('en-US')} bytes, at most ${MAX_BODY_BYTES.toLocaleString('en-US')}. Shorten it by ${(bytes - MAX_BODY_BYTES).toLocaleString('en-US')} to send.` : '';
+    if (ui.warning.textContent !== text) ui.warning.textContent = text;
+    ui.warning.hidden = !over;
+    ui.send.disabled = over;
+    if (over) ui.input.setAttribute('aria-invalid', 'true');
+    else ui.input.removeAttribute('aria-invalid');
+    return !over;
+  }
+
+  // The outbox resends, after every reconnect, the messages whose send failed in a way a retry
+  // can mend (offline, connection lost, timeout, unavailable), one at a time in the order they were
+  // written, each with its own clientMsgId, so the server stores each once and in that order.
+  const outbox = { draining: false };
+
+  function resendFailed() {
+    let any = false;
+    for (const p of state.pending.values()) {
+      if (p.state === 'failed' && p.retryable) { p.state = 'queued'; p.tries = 0; any = true; }
+    }
+    if (!any) return;
+    if (state.openId) renderMessages();
+    drainOutbox();
+  }
+
+  async function drainOutbox() {
+    if (outbox.draining) return;
+    outbox.draining = true;
+    try {
+      for (;;) {
+        const p = [...state.pending.values()].find((x) => x.state === 'queued');
+        if (!p) break;
+        const err = await attemptSend(p);
+        if (!err || !state.pending.has(p.clientMsgId)) continue;
+        p.tries = (p.tries || 0) + 1;
+        if (err.code === 'rate_limited' && conn.live && p.tries < RESEND_MAX_TRIES) {
+          p.state = 'queued';
+          await new Promise((r) => { setTimeout(r, Math.max(err.retryAfterMs, 50)); });
+          continue;
+        }
+        // The rest waits for the next reconnect (or a Retry), still behind this one.
+        for (const q of state.pending.values()) {
+          if (q.state === 'queued') { q.state = 'failed'; q.retryable = true; q.error = 'Not sent yet.'; }
+        }
+        if (state.openId) renderMessages();
+        break;
+      }
+    } finally {
+      outbox.draining = false;
+    }
+  }
+
+  // attemptSend sends one pending message and resolves with null once it is stored, or with the
+  // error that left it failed.
   async function attemptSend(p) {
     p.state = 'sending';
     p.error = '';
@@ -1158,16 +1371,18 @@
     try {
       const ack = await request({ type: 'send', conversationId: p.convId, clientMsgId: p.clientMsgId, body: p.body }, SEND_TIMEOUT_MS);
       confirmSend(p.clientMsgId, ackedMessage(ack, p));
+      return null;
     } catch (err) {
-      if (!state.pending.has(p.clientMsgId)) return; // confirmed meanwhile by a replay or a late ack
+      if (!state.pending.has(p.clientMsgId)) return null; // confirmed meanwhile by a replay or a late ack
       p.state = 'failed';
       p.retryable = err.retryable || ['offline', 'disconnected', 'timeout'].includes(err.code);
       // "disconnected" and "timeout" mean the frame went out: it may be stored, and Retry (same
       // clientMsgId) cannot store it twice.
-      p.error = err.code === 'offline' ? 'Not sent: offline.'
-        : err.code === 'disconnected' ? 'Not confirmed: the connection was lost.'
+      p.error = err.code === 'offline' ? 'Not sent: offline. It is sent when the connection is back.'
+        : err.code === 'disconnected' ? 'Not confirmed: the connection was lost. It is sent again when it is back.'
           : err.code === 'timeout' ? 'Not confirmed in time.' : `Not sent: ${err.message || err.code}.`;
       if (p.convId === state.openId) renderMessages();
+      return err;
     }
   }
 
@@ -1245,6 +1460,7 @@
   const typingSent = new Map(); // conversation id -> when a typing frame was last sent
   function onInput() {
     autosize();
+    checkDraft();
     const c = openConv();
     if (!c || !ui.input.value.trim()) return;
     const last = typingSent.get(c.id) || 0;
@@ -1276,12 +1492,13 @@
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); ui.composer.requestSubmit(); }
   });
   ui.back.addEventListener('click', () => { closeConversation(); ui.convList.querySelector('button')?.focus(); });
-  ui.jumpLatest.addEventListener('click', () => { const c = openConv(); if (c) replaceWindow(c.id, {}, { bottom: true }); });
+  ui.jumpLatest.addEventListener('click', jumpToLatest);
   ui.slider.addEventListener('input', sliderText);
   ui.slider.addEventListener('change', () => jumpTo(Number(ui.slider.value)));
   ui.scroller.addEventListener('scroll', () => {
+    state.following = nearBottom();
     maybeLoadMore();
-    markVisibleRead();
+    updateCue();
     const c = openConv();
     if (c && document.activeElement !== ui.slider) updateSlider(c);
   }, { passive: true });
@@ -1299,7 +1516,13 @@
   window.addEventListener('beforeunload', flushReadUnloading);
   window.addEventListener('pagehide', flushReadUnloading);
   window.addEventListener('online', () => { if (!conn.ws && state.auth) { conn.attempt = 0; connect(); } });
-  window.addEventListener('resize', () => markVisibleRead());
+  // A pane that gets shorter (a smaller window, a taller draft, a phone keyboard) keeps its newest
+  // message in view if it was there.
+  new ResizeObserver(() => {
+    const c = openConv();
+    const w = openWindow();
+    if (c && w && state.following && !w.hasAfter) ui.scroller.scrollTop = ui.scroller.scrollHeight;
+  }).observe(ui.scroller);
 
   state.auth = loadAuth();
   if (state.auth) start();
