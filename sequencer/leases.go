@@ -19,13 +19,15 @@ import (
 
 // Lease defaults, each with its reason.
 const (
-	// DefaultLeaseTTL is how long a partition lease and a node heartbeat live without renewal, so
-	// it bounds failover: a dead node's partitions move within about one TTL plus one renewal.
+	// DefaultLeaseTTL is how long a node may go unheard (as counted in the other nodes' own
+	// heartbeats) before its partitions move, so it bounds failover: long enough that a GC pause
+	// or a starved CPU never looks like a death, short enough that a dead node's sends wait
+	// seconds.
 	DefaultLeaseTTL = 5 * time.Second
-	// DefaultRenewInterval renews leases often enough that two missed renewals still leave time.
+	// DefaultRenewInterval is the heartbeat and decision tick: a TTL holds five of them.
 	DefaultRenewInterval = time.Second
-	// DefaultLeaseReplicas keeps one copy of the lease buckets, right for a single NATS server;
-	// a NATS cluster should use 3 so losing a server keeps the leases.
+	// DefaultLeaseReplicas keeps one copy of the ownership buckets, right for a single NATS
+	// server; a NATS cluster should use 3 so losing a server keeps them.
 	DefaultLeaseReplicas = 1
 	// leaseOpTimeout bounds one KV round trip.
 	leaseOpTimeout = 2 * time.Second

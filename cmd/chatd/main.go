@@ -81,7 +81,7 @@ func parseOptions(args []string) (options, error) {
 	if err != nil {
 		return o, err
 	}
-	fs.DurationVar(&o.leaseTTL, "lease-ttl", leaseTTL, "partition lease lifetime; bounds failover (CHAT_LEASE_TTL)")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", leaseTTL, "how long a node may go unheard before its partitions move; bounds failover (CHAT_LEASE_TTL)")
 	replicas, err := envInt("CHAT_LEASE_REPLICAS", sequencer.DefaultLeaseReplicas)
 	if err != nil {
 		return o, err
