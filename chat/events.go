@@ -12,11 +12,22 @@ import (
 
 // conversationEvent is what nodes publish on a conversation's event subject.
 type conversationEvent struct {
-	Type    string `json:"type"` // receipt, typing or deleted
+	Type    string `json:"type"` // receipt, typing, deleted or tombstoned
 	UserID  string `json:"userId"`
 	ReadSeq int64  `json:"readSeq,omitempty"`
 	Seq     int64  `json:"seq,omitempty"`
+	// Seqs are the messages a tombstoned event made tombstones.
+	Seqs []int64 `json:"seqs,omitempty"`
 }
+
+// convTombstoned says that messages were made tombstones without a delete_message (a member's
+// account was deleted): nodes learn the seqs for their unread counts and push nothing, since
+// the system message that follows tells clients to list their conversations again.
+const convTombstoned = "tombstoned"
+
+// maxTombstonedSeqs bounds the seqs of one tombstoned event, so that one stays far below NATS's
+// default 1 MiB payload limit (a seq is at most 20 bytes of JSON) whatever a member sent.
+const maxTombstonedSeqs = 10000
 
 // userEvent is what nodes publish on a user's subject, so all of a user's devices on any node
 // agree. Applying one is idempotent (positions only move forward, a known join or leave changes
@@ -29,6 +40,9 @@ type userEvent struct {
 	ReadSeq      int64                  `json:"readSeq,omitempty"`
 	// Peer is the other user of a block or unblock (blocks events).
 	Peer string `json:"peer,omitempty"`
+	// DeletedSeqs are the seqs of Conversation deleted for everyone (joined events), so the
+	// joiner's node counts unread without them.
+	DeletedSeqs []int64 `json:"deletedSeqs,omitempty"`
 }
 
 // User event types.
@@ -99,11 +113,20 @@ func (s *Service) ownMessage(senderID, convID string, seq int64) {
 
 // HandleConversationEvent delivers a receipt, typing or deletion event to the local members.
 // Receipts only move forward; typing and receipts are ephemeral; a user's own typing and receipts
-// are not news to them, a deletion is, on their other devices.
+// are not news to them, a deletion is, on their other devices. A deletion also takes the message
+// out of the unread counts computed here; it moves no badge, as a message moves none: clients
+// subtract it themselves (see docs/PROTOCOL.md).
 func (s *Service) HandleConversationEvent(convID string, data []byte) {
 	var ev conversationEvent
 	if err := json.Unmarshal(data, &ev); err != nil {
 		s.log.Error().Err(err).Str("conversation", convID).Msg("undecodable conversation event")
+		return
+	}
+	switch ev.Type {
+	case protocol.TypeDeleted:
+		s.learnDeleted(convID, []int64{ev.Seq})
+	case convTombstoned:
+		s.learnDeleted(convID, ev.Seqs)
 		return
 	}
 	frame, err := protocol.Encode(protocol.ServerFrame{Type: ev.Type, ConversationID: convID, UserID: ev.UserID,
@@ -132,7 +155,7 @@ func (s *Service) HandleUserEvent(userID string, data []byte) {
 	switch ev.Type {
 	case userJoined:
 		if ev.Conversation != nil {
-			s.applyJoin(userID, *ev.Conversation)
+			s.applyJoin(userID, *ev.Conversation, ev.DeletedSeqs)
 		}
 	case userLeft:
 		s.applyLeave(userID, ev.ConvID)
@@ -151,9 +174,9 @@ func (s *Service) HandleUserEvent(userID string, data []byte) {
 	}
 }
 
-// applyJoin routes a conversation to an online user and tells their devices. A join already
-// applied changes nothing.
-func (s *Service) applyJoin(userID string, conv protocol.Conversation) {
+// applyJoin routes a conversation to an online user and tells their devices; deleted are the
+// conversation's seqs deleted for everyone. A join already applied changes nothing.
+func (s *Service) applyJoin(userID string, conv protocol.Conversation, deleted []int64) {
 	u := s.online(userID)
 	if u == nil {
 		return
@@ -168,8 +191,9 @@ func (s *Service) applyJoin(userID string, conv protocol.Conversation) {
 	delete(u.left, conv.ID)
 	// The route changes under u.mu with the position, so a join and a leave cannot cross.
 	s.engine.Join(userID, conv.ID, conv.LastSeq)
+	s.learnDeleted(conv.ID, deleted) // after the join, so no forget undoes it
 	u.mu.Unlock()
-	conv.ReadSeq, conv.Unread = 0, conv.LastSeq
+	conv.ReadSeq, conv.Unread = 0, unread(conv.LastSeq, 0, s.deleted.of(conv.ID))
 	s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeConversation, Conversation: &conv})
 	s.badge(userID, u, conv.ID)
 }
@@ -193,6 +217,7 @@ func (s *Service) applyLeave(userID, convID string) {
 	if !known {
 		return
 	}
+	s.forgetDeleted(convID)
 	s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeRemoved, ConversationID: convID})
 	s.badge(userID, u, "")
 }
@@ -236,8 +261,8 @@ func (s *Service) badge(userID string, u *onlineUser, convID string) {
 		}
 		u.mu.Unlock()
 		read, last := p.readSeq, s.lastSeq(convID, p)
-		unread := max(0, last-read)
-		f.Unread, f.ReadSeq, f.LastSeq = &unread, read, max(last, read)
+		n := s.unreadOf(convID, p)
+		f.Unread, f.ReadSeq, f.LastSeq = &n, read, max(last, read)
 	}
 	s.ephemeralToUser(userID, "badge:"+convID, f)
 }
@@ -301,7 +326,8 @@ func (s *Service) reconcileMemberships(ctx context.Context) {
 		inStore := make(map[string]bool, len(convs))
 		for _, c := range convs {
 			inStore[c.ID] = true
-			s.applyJoin(uid, toView(c, position{}, c.LastSeq))
+			s.applyJoin(uid, toView(c, position{}, c.LastSeq), c.DeletedSeqs)
+			s.learnDeleted(c.ID, c.DeletedSeqs) // deletions announced during the gap, too
 		}
 		u := s.online(uid)
 		if u == nil {
@@ -321,7 +347,8 @@ func (s *Service) reconcileMemberships(ctx context.Context) {
 	}
 }
 
-// toView is a conversation as one member sees it.
+// toView is a conversation as one member sees it. Its unread leaves out the seqs the stored
+// conversation records as deleted for everyone.
 func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversation {
 	last := max(c.LastSeq, lastSeq)
 	read := min(p.readSeq, last)
@@ -331,6 +358,6 @@ func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversa
 	}
 	return protocol.Conversation{
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,
-		ReadSeq: read, Unread: last - read, CreatedAt: c.CreatedAt,
+		ReadSeq: read, Unread: unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt,
 	}
 }

@@ -68,7 +68,24 @@ func newFakeStore() *fakeStore {
 
 func cloneConv(c storage.Conversation) storage.Conversation {
 	c.Members = slices.Clone(c.Members)
+	c.DeletedSeqs = slices.Clone(c.DeletedSeqs)
 	return c
+}
+
+// recordDeletedLocked adds seqs to a conversation's deletedSeqs, each once, counting each once,
+// as the real store's guarded update does.
+func (f *fakeStore) recordDeletedLocked(convID string, seqs ...int64) {
+	c, ok := f.convs[convID]
+	if !ok {
+		return
+	}
+	for _, seq := range seqs {
+		if !slices.Contains(c.DeletedSeqs, seq) {
+			c.DeletedSeqs = append(slices.Clone(c.DeletedSeqs), seq)
+			c.DeletedCount++
+		}
+	}
+	f.convs[convID] = c
 }
 
 func (f *fakeStore) addUser(id string) {
@@ -272,9 +289,7 @@ func (f *fakeStore) DeleteMessage(_ context.Context, conversationID string, seq 
 		return storage.ErrNotFound
 	}
 	m.Kind, m.Body, m.ReplyTo = storage.KindDeleted, "", 0
-	c := f.convs[conversationID]
-	c.DeletedCount++
-	f.convs[conversationID] = c
+	f.recordDeletedLocked(conversationID, seq)
 	return nil
 }
 
@@ -314,10 +329,21 @@ func (f *fakeStore) DeleteAccount(_ context.Context, userID string) (storage.Del
 			out.DMs = append(out.DMs, cloneConv(c))
 			continue
 		}
+		var seqs []int64
 		for i := range f.msgs[id] {
 			if m := &f.msgs[id][i]; m.SenderID == userID {
+				if m.Kind != storage.KindDeleted {
+					seqs = append(seqs, m.Seq)
+				}
 				m.Kind, m.Body, m.ReplyTo, m.SenderID = storage.KindDeleted, "", 0, ""
 			}
+		}
+		f.recordDeletedLocked(id, seqs...)
+		if len(seqs) > 0 {
+			if out.Tombstoned == nil {
+				out.Tombstoned = make(map[string][]int64)
+			}
+			out.Tombstoned[id] = seqs
 		}
 		f.removeMemberLocked(id, userID)
 		out.Groups = append(out.Groups, cloneConv(c))

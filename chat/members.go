@@ -81,7 +81,7 @@ func (s *Service) AddMembers(ctx context.Context, userID, convID string, members
 	c.Members = append(c.Members, added...)
 	view := toView(c, position{}, m.Seq)
 	for _, m := range added {
-		s.publishUser(m, userEvent{Type: userJoined, Conversation: &view})
+		s.publishUser(m, userEvent{Type: userJoined, Conversation: &view, DeletedSeqs: c.DeletedSeqs})
 	}
 	return nil
 }
@@ -113,7 +113,9 @@ func (s *Service) RemoveMember(ctx context.Context, userID, convID, target strin
 	return err
 }
 
-// DeleteMessage tombstones one of the user's own messages for everyone; its seq stays.
+// DeleteMessage tombstones one of the user's own messages for everyone; its seq stays. The store
+// records the seq on the conversation, so unread counts leave it out; the event that gives the
+// members their deleted frame tells every node's in-memory counts too (this one at once).
 func (s *Service) DeleteMessage(ctx context.Context, userID, convID string, seq int64) error {
 	if _, err := s.positionOf(userID, convID); err != nil {
 		return err
@@ -135,6 +137,7 @@ func (s *Service) DeleteMessage(ctx context.Context, userID, convID string, seq 
 	if err != nil {
 		return fmt.Errorf("delete message %s/%d: %w", convID, seq, err)
 	}
+	s.learnDeleted(convID, []int64{seq})
 	s.publishConversation(convID, conversationEvent{Type: protocol.TypeDeleted, UserID: userID, Seq: seq})
 	return nil
 }
@@ -156,8 +159,9 @@ func (s *Service) HideConversation(ctx context.Context, userID, convID string) e
 }
 
 // DeleteAccount removes a user and everything of theirs (see storage.DeleteAccount), tells the
-// other members' devices, makes the owners forget the user's memberships, and closes the user's
-// connections on every node.
+// other members' devices, tells every node which group messages became tombstones (so its
+// unread counts leave them out), makes the owners forget the user's memberships, and closes the
+// user's connections on every node.
 func (s *Service) DeleteAccount(ctx context.Context, userID string) error {
 	deleted, err := s.store.DeleteAccount(ctx, userID)
 	if err != nil {
@@ -173,6 +177,9 @@ func (s *Service) DeleteAccount(ctx context.Context, userID string) error {
 	}
 	for _, g := range deleted.Groups {
 		s.publishUser(userID, userEvent{Type: userLeft, ConvID: g.ID})
+		for seqs := range slices.Chunk(deleted.Tombstoned[g.ID], maxTombstonedSeqs) {
+			s.publishConversation(g.ID, conversationEvent{Type: convTombstoned, Seqs: seqs})
+		}
 		if _, err := s.announce(ctx, g.ID, "", "a member deleted their account"); err != nil {
 			return err
 		}

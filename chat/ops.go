@@ -133,9 +133,9 @@ func (s *Service) createConversation(ctx context.Context, userID string, c stora
 	view := toView(stored, position{}, stored.LastSeq)
 	// The creator's devices here learn at once (the reply must not wait for the bus); the bus
 	// event then changes nothing for them, and reaches the other members.
-	s.applyJoin(userID, view)
+	s.applyJoin(userID, view, stored.DeletedSeqs)
 	for _, m := range stored.Members {
-		s.publishUser(m, userEvent{Type: userJoined, Conversation: &view})
+		s.publishUser(m, userEvent{Type: userJoined, Conversation: &view, DeletedSeqs: stored.DeletedSeqs})
 	}
 	p, err := s.positionOf(userID, stored.ID)
 	if err != nil {
@@ -176,6 +176,9 @@ func (s *Service) listConversations(ctx context.Context, userID string, syncing 
 		if err != nil { // not live here: the stored position
 			cur := cursors[c.ID]
 			p = position{readSeq: cur.ReadSeq, hiddenSeq: cur.HiddenSeq}
+		} else {
+			// Live here: mend what this node may have missed of the deletions, for its badges.
+			s.learnDeleted(c.ID, c.DeletedSeqs)
 		}
 		last := max(c.LastSeq, s.lastSeq(c.ID, p))
 		if p.hiddenSeq > 0 && last <= p.hiddenSeq {
@@ -448,7 +451,8 @@ func (s *Service) SetPrivacy(ctx context.Context, userID string, hide bool) erro
 }
 
 // Badge computes a user's total unread from the store with their pending cursor moves on top, for
-// push services acting for offline users: O(conversations), never a count over messages.
+// push services acting for offline users: O(conversations), never a count over messages. The
+// seqs each conversation records as deleted for everyone do not count.
 func (s *Service) Badge(ctx context.Context, userID string) (int64, error) {
 	convs, err := s.store.ConversationsOf(ctx, userID)
 	if err != nil {
@@ -460,7 +464,7 @@ func (s *Service) Badge(ctx context.Context, userID string) (int64, error) {
 	}
 	var total int64
 	for _, c := range convs {
-		total += max(0, c.LastSeq-cursors[c.ID].ReadSeq)
+		total += unread(c.LastSeq, cursors[c.ID].ReadSeq, c.DeletedSeqs)
 	}
 	return total, nil
 }

@@ -119,6 +119,10 @@ type Service struct {
 
 	typing typingThrottle
 
+	// deleted keeps the seqs deleted for everyone of the conversations live here, so unread counts
+	// computed from memory leave them out (see unread.go).
+	deleted *deletions
+
 	// syncRanges and pageRanges merge identical concurrent message range reads of syncs and of
 	// history pages, and convs the conversation look-ups of history and hiding (see sharedReads).
 	// Syncs and pages are kept apart so a page never waits for a sync read slot.
@@ -188,7 +192,7 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, engine *fano
 		log: log.With().Str("component", "chat").Logger(), seed: maphash.MakeSeed(),
 		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
-		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads)}
+		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads), deleted: newDeletions()}
 	s.syncRanges = newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, s.admitSyncRange)
 	for i := range s.users {
 		s.users[i].m = make(map[string]*onlineUser)
@@ -294,6 +298,7 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 		u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
 			readSeq: min(cur.ReadSeq, conv.LastSeq), hiddenSeq: cur.HiddenSeq, peer: dmPeer(conv.Kind, conv.Members, uid)}
 		s.engine.Join(uid, conv.ID, conv.LastSeq)
+		s.learnDeleted(conv.ID, conv.DeletedSeqs) // after the join, so no forget undoes it
 	}
 	u.left = nil
 	return nil
@@ -306,12 +311,16 @@ func (s *Service) Close(c Conn) {
 	sh := s.shard(uid)
 	sh.mu.Lock()
 	last := s.engine.Remove(c)
+	u := sh.m[uid]
 	if last {
 		delete(sh.m, uid)
 	}
 	sh.mu.Unlock()
 	if !last {
 		return
+	}
+	if u != nil {
+		s.forgetDeleted(u.conversations()...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
 	defer cancel()
@@ -346,9 +355,20 @@ func (s *Service) total(u *onlineUser) int64 {
 	defer u.mu.Unlock()
 	var t int64
 	for id, p := range u.positions {
-		t += max(0, s.lastSeq(id, *p)-p.readSeq)
+		t += s.unreadOf(id, *p)
 	}
 	return t
+}
+
+// conversations returns the ids of the conversations routed to an online user.
+func (u *onlineUser) conversations() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	ids := make([]string, 0, len(u.positions))
+	for id := range u.positions {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // Connections counts the connections registered here.

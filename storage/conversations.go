@@ -25,9 +25,14 @@ type Conversation struct {
 	Members []string `bson:"members"`
 	LastSeq int64    `bson:"lastSeq"`
 	// DeletedCount counts the tombstones in the conversation.
-	DeletedCount int64     `bson:"deletedCount"`
-	CreatedBy    string    `bson:"createdBy"`
-	CreatedAt    time.Time `bson:"createdAt"`
+	DeletedCount int64 `bson:"deletedCount"`
+	// DeletedSeqs are the seqs of those tombstones, each once, in the order they were made, so
+	// unread counts leave them out without a query over messages. A conversation stored before
+	// the field existed has none: its older tombstones (DeletedCount minus len(DeletedSeqs)) are
+	// not known by seq and count as unread.
+	DeletedSeqs []int64   `bson:"deletedSeqs,omitempty"`
+	CreatedBy   string    `bson:"createdBy"`
+	CreatedAt   time.Time `bson:"createdAt"`
 }
 
 // IsMember reports whether userID is in the conversation.

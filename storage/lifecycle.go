@@ -20,33 +20,73 @@ func tombstone(clearSender bool) bson.D {
 	return bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "replyTo", Value: ""}}}}
 }
 
-// DeleteMessage tombstones one message of senderID ("delete for everyone"). It returns
-// ErrNotFound when the conversation has no such live message from that sender.
+// DeleteMessage tombstones one message of senderID ("delete for everyone") and records its seq
+// on the conversation (deletedSeqs, counted in deletedCount), so unread counts leave it out. It
+// returns ErrNotFound when the conversation has no such live message from that sender. The seq is
+// recorded before the message is tombstoned: a failure between the two leaves a live message, and
+// deleting it again finishes the job without counting it twice.
 func (s *Store) DeleteMessage(ctx context.Context, conversationID string, seq int64, senderID string) (err error) {
 	defer s.metrics.observe(opDeleteMessage, time.Now(), &err)
-	res, err := s.messages.UpdateOne(ctx, bson.D{
+	live := bson.D{
 		{Key: "conversationId", Value: conversationID},
 		{Key: "seq", Value: seq},
 		{Key: "senderId", Value: senderID},
 		{Key: "kind", Value: bson.D{{Key: "$ne", Value: KindDeleted}}},
-	}, tombstone(false))
+	}
+	seqs, err := s.seqsOf(ctx, live)
+	if err != nil {
+		return fmt.Errorf("find message %s/%d: %w", conversationID, seq, err)
+	}
+	if len(seqs) == 0 {
+		return ErrNotFound
+	}
+	if err := s.recordDeleted(ctx, conversationID, seqs); err != nil {
+		return err
+	}
+	res, err := s.messages.UpdateOne(ctx, live, tombstone(false))
 	if err != nil {
 		return fmt.Errorf("delete message %s/%d: %w", conversationID, seq, err)
 	}
 	if res.MatchedCount == 0 {
-		return ErrNotFound
+		return ErrNotFound // deleted meanwhile, and recorded once by whoever did
 	}
-	return s.countDeleted(ctx, conversationID, res.ModifiedCount)
+	return nil
 }
 
-func (s *Store) countDeleted(ctx context.Context, conversationID string, n int64) error {
-	if n == 0 {
-		return nil
-	}
-	_, err := s.conversations.UpdateOne(ctx, bson.D{{Key: "_id", Value: conversationID}},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "deletedCount", Value: n}}}})
+// seqsOf returns the seqs of the messages filter matches.
+func (s *Store) seqsOf(ctx context.Context, filter bson.D) ([]int64, error) {
+	cur, err := s.messages.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "seq", Value: 1}}))
 	if err != nil {
-		return fmt.Errorf("count %d tombstones in %s: %w", n, conversationID, err)
+		return nil, err
+	}
+	var docs []struct {
+		Seq int64 `bson:"seq"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, err
+	}
+	seqs := make([]int64, len(docs))
+	for i, d := range docs {
+		seqs[i] = d.Seq
+	}
+	return seqs, nil
+}
+
+// recordDeleted adds seqs to a conversation's deletedSeqs, counting each in deletedCount once:
+// every seq's update is guarded by its absence, so a repeat (a retried delete, a resumed account
+// deletion, two devices deleting at once) changes nothing.
+func (s *Store) recordDeleted(ctx context.Context, conversationID string, seqs []int64) error {
+	models := make([]mongo.WriteModel, len(seqs))
+	for i, seq := range seqs {
+		models[i] = mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: conversationID}, {Key: "deletedSeqs", Value: bson.D{{Key: "$ne", Value: seq}}}}).
+			SetUpdate(bson.D{
+				{Key: "$addToSet", Value: bson.D{{Key: "deletedSeqs", Value: seq}}},
+				{Key: "$inc", Value: bson.D{{Key: "deletedCount", Value: 1}}},
+			})
+	}
+	if err := bulkWrite(ctx, s.conversations, models, false); err != nil {
+		return fmt.Errorf("record %d tombstones in %s: %w", len(seqs), conversationID, err)
 	}
 	return nil
 }
@@ -69,6 +109,9 @@ type DeletedAccount struct {
 	DMs []Conversation
 	// Groups lost the user as a member; the user's messages in them are tombstones now.
 	Groups []Conversation
+	// Tombstoned holds, by group id, the seqs of the user's messages this deletion made
+	// tombstones (recorded in the group's deletedSeqs too).
+	Tombstoned map[string][]int64
 }
 
 // DeleteAccount removes a user: their DMs and the DMs' messages, their membership in groups
@@ -96,15 +139,26 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 			out.DMs = append(out.DMs, c)
 			continue
 		}
-		res, err := s.messages.UpdateMany(ctx, bson.D{
-			{Key: "conversationId", Value: c.ID},
-			{Key: "senderId", Value: userID},
-		}, tombstone(true))
+		// Recorded first, as in DeleteMessage: a run that fails after this finds the same live
+		// messages again, and records nothing twice.
+		mine := bson.D{{Key: "conversationId", Value: c.ID}, {Key: "senderId", Value: userID}}
+		seqs, err := s.seqsOf(ctx, bson.D{{Key: "conversationId", Value: c.ID}, {Key: "senderId", Value: userID},
+			{Key: "kind", Value: bson.D{{Key: "$ne", Value: KindDeleted}}}})
 		if err != nil {
+			return out, fmt.Errorf("find messages of %s in %s: %w", userID, c.ID, err)
+		}
+		if err := s.recordDeleted(ctx, c.ID, seqs); err != nil {
+			return out, err
+		}
+		// Earlier tombstones of the user lose their sender too.
+		if _, err := s.messages.UpdateMany(ctx, mine, tombstone(true)); err != nil {
 			return out, fmt.Errorf("tombstone messages of %s in %s: %w", userID, c.ID, err)
 		}
-		if err := s.countDeleted(ctx, c.ID, res.ModifiedCount); err != nil {
-			return out, err
+		if len(seqs) > 0 {
+			if out.Tombstoned == nil {
+				out.Tombstoned = make(map[string][]int64)
+			}
+			out.Tombstoned[c.ID] = seqs
 		}
 		if err := s.RemoveMember(ctx, c.ID, userID); err != nil {
 			return out, err

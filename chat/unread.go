@@ -1,0 +1,125 @@
+package chat
+
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+)
+
+// unread is how many messages of a conversation a member has not read: the seqs after readSeq
+// up to lastSeq, less those among them deleted for everyone. deleted lists seqs deleted for
+// everyone, in any order and without repeats (the store's set, or the sorted copy kept here);
+// seqs outside (readSeq, lastSeq] do not count, so a deletion of a message already read, or of one
+// not delivered here yet, changes nothing. A member's own messages are never unread because
+// sending one moves the sender's readSeq past it, not because of anything here.
+func unread(lastSeq, readSeq int64, deleted []int64) int64 {
+	n := lastSeq - readSeq
+	if n <= 0 {
+		return 0
+	}
+	for _, d := range deleted {
+		if d > readSeq && d <= lastSeq {
+			n--
+		}
+	}
+	return max(n, 0)
+}
+
+// deletions keeps, per conversation with a member connected here, the seqs deleted for everyone,
+// so that the unread counts this node computes from memory (badges, the total on connect) leave
+// them out exactly as the store's do. It learns them from the conversation documents it reads
+// (a user's load, a join, a list) and from the conversation events of deletions; it forgets a
+// conversation once no member here needs it. Only conversations with deletions have an entry.
+type deletions struct {
+	seed   maphash.Seed
+	shards [shards]deletionShard
+}
+
+type deletionShard struct {
+	mu sync.Mutex
+	// m holds sorted, distinct seqs. A slice stored here is replaced, never changed in place, so
+	// a reader may use the one it got after the lock is released.
+	m map[string][]int64
+}
+
+func newDeletions() *deletions {
+	d := &deletions{seed: maphash.MakeSeed()}
+	for i := range d.shards {
+		d.shards[i].m = make(map[string][]int64)
+	}
+	return d
+}
+
+func (d *deletions) shard(convID string) *deletionShard {
+	return &d.shards[maphash.String(d.seed, convID)%shards]
+}
+
+// of returns the seqs of convID deleted for everyone known here, sorted; nil when none. The
+// caller must not change the slice.
+func (d *deletions) of(convID string) []int64 {
+	sh := d.shard(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.m[convID]
+}
+
+// learn adds seqs deleted for everyone in convID, if live reports that a member here needs the
+// conversation. live is asked under the shard's lock, as forget asks it, so a learn that follows a
+// member's join is never undone by a forget racing with it. Seqs already known change nothing.
+func (d *deletions) learn(convID string, seqs []int64, live func() bool) {
+	if len(seqs) == 0 {
+		return
+	}
+	sh := d.shard(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	known := sh.m[convID]
+	news := 0
+	for _, s := range seqs {
+		if _, found := slices.BinarySearch(known, s); !found {
+			news++
+		}
+	}
+	if news == 0 || !live() {
+		return
+	}
+	merged := make([]int64, 0, len(known)+news)
+	merged = append(append(merged, known...), seqs...)
+	slices.Sort(merged)
+	sh.m[convID] = slices.Compact(merged)
+}
+
+// forget drops what is known of convID unless live reports that a member here still needs it.
+func (d *deletions) forget(convID string, live func() bool) {
+	sh := d.shard(convID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[convID]; ok && !live() {
+		delete(sh.m, convID)
+	}
+}
+
+// liveHere reports whether a member of convID is connected here (the engine routes it).
+func (s *Service) liveHere(convID string) func() bool {
+	return func() bool {
+		_, ok := s.engine.Delivered(convID)
+		return ok
+	}
+}
+
+// learnDeleted records seqs of convID deleted for everyone, while a member here needs them.
+func (s *Service) learnDeleted(convID string, seqs []int64) {
+	s.deleted.learn(convID, seqs, s.liveHere(convID))
+}
+
+// forgetDeleted drops the deletions known of conversations no member here needs any more.
+func (s *Service) forgetDeleted(convIDs ...string) {
+	for _, id := range convIDs {
+		s.deleted.forget(id, s.liveHere(id))
+	}
+}
+
+// unreadOf is an online member's unread in one conversation, from what this node knows.
+func (s *Service) unreadOf(convID string, p position) int64 {
+	return unread(s.lastSeq(convID, p), p.readSeq, s.deleted.of(convID))
+}
