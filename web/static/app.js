@@ -405,6 +405,7 @@
         id: v.id, kind: v.kind, name: v.name || '', members: [], lastSeq: 0, readSeq: 0, unread: 0,
         activity: Date.parse(v.createdAt) || 0, peerReadSeq: 0, readBy: null, typing: new Map(),
         firstSeq: 1, // the oldest seq this user can see; later after "delete conversation for me"
+        gone: new Set(), // seqs above readSeq known to be tombstones (deleted for everyone): never unread
       };
       state.convs.set(v.id, c);
     }
@@ -413,7 +414,8 @@
     c.members = v.members || [];
     c.lastSeq = Math.max(c.lastSeq, v.lastSeq || 0);
     c.readSeq = Math.max(c.readSeq, v.readSeq || 0);
-    c.unread = v.unread || 0;
+    c.unread = v.unread || 0; // the server's exact count
+    pruneGone(c);
     return c;
   }
 
@@ -451,6 +453,41 @@
     updateTitle();
   }
 
+  // Unread is lastSeq - readSeq less the tombstones in between (docs/PROTOCOL.md, Unread). Views
+  // and badge frames carry the exact count; between them the page keeps its own from the pushes,
+  // knowing the tombstones it has seen by seq in c.gone.
+
+  // goneIn counts the known tombstones of c with a seq in (lo, hi].
+  function goneIn(c, lo, hi) {
+    let n = 0;
+    for (const s of c.gone) if (s > lo && s <= hi) n++;
+    return n;
+  }
+
+  // pruneGone forgets tombstones at or below the read position: they count for nothing any more.
+  function pruneGone(c) {
+    for (const s of c.gone) if (s <= c.readSeq) c.gone.delete(s);
+  }
+
+  // rememberGone notes the tombstones of a history page or sync replay; the count is left alone
+  // (views and badges that came since they were deleted already leave them out).
+  function rememberGone(c, m) {
+    if (c && m && m.kind === 'deleted' && m.seq > c.readSeq) c.gone.add(m.seq);
+  }
+
+  // applyOwnRead moves readSeq for a read of this user (this page's or another device's): the seqs
+  // read over that are not known tombstones are no longer unread. The badge that follows is exact.
+  // A cursor ahead of lastSeq (its messages not here yet) subtracts only what is counted; those
+  // messages add nothing when they come, as they are at or below readSeq.
+  function applyOwnRead(c, newRead) {
+    const oldRead = c.readSeq;
+    if (newRead <= oldRead) return;
+    const upto = Math.min(newRead, c.lastSeq);
+    if (upto > oldRead) c.unread = Math.max(0, c.unread - ((upto - oldRead) - goneIn(c, oldRead, upto)));
+    c.readSeq = newRead;
+    pruneGone(c);
+  }
+
   function updateTitle() {
     document.title = state.total > 0 ? `(${state.total}) chatd` : 'chatd';
   }
@@ -463,6 +500,7 @@
       if (typeof f.unread === 'number') c.unread = f.unread;
       c.readSeq = Math.max(c.readSeq, f.readSeq || 0);
       c.lastSeq = Math.max(c.lastSeq, f.lastSeq || 0);
+      pruneGone(c);
     }
     updateTitle();
     renderConvList();
@@ -494,7 +532,16 @@
   }
 
   // onDeleted: a message was deleted for everyone; it stays in place as a tombstone.
+  // No badge comes with it: an unread message that became a tombstone is one less unread, once per
+  // seq, whether or not it is loaded. One above lastSeq is remembered, and adds nothing when it comes.
   function onDeleted(f) {
+    const c = state.convs.get(f.conversationId);
+    if (c && f.seq > 0 && !c.gone.has(f.seq)) {
+      if (f.seq > c.readSeq) c.gone.add(f.seq);
+      if (f.seq > c.readSeq && f.seq <= c.lastSeq) c.unread = Math.max(0, c.unread - 1);
+      recountTotal();
+      renderConvList();
+    }
     const w = state.windows.get(f.conversationId);
     const m = w && w.bySeq.get(f.seq);
     if (!m) return;
@@ -505,8 +552,8 @@
   function onCursor(f) {
     const c = state.convs.get(f.conversationId);
     if (!c) return;
-    c.readSeq = Math.max(c.readSeq, f.readSeq || 0);
-    c.unread = Math.max(0, c.lastSeq - c.readSeq);
+    applyOwnRead(c, f.readSeq || 0);
+    recountTotal();
     renderConvList();
     if (c.id === state.openId) updateCue(); // read on another device: fewer are new here too
   }
@@ -671,7 +718,10 @@
       // firstSeq is 0 when nothing is visible: everything up to lastSeq was deleted for this user.
       c.firstSeq = r.firstSeq || page.lastSeq + 1;
     }
-    for (const m of page.messages) confirmFromHistory(m);
+    for (const m of page.messages) {
+      confirmFromHistory(m);
+      rememberGone(c, m);
+    }
     return page;
   }
 
@@ -1233,8 +1283,7 @@
       const c = state.convs.get(id);
       if (!c || seq <= c.readSeq) continue;
       if (!sendFrame({ type: 'read', conversationId: id, seq })) continue;
-      c.readSeq = Math.min(seq, c.lastSeq);
-      c.unread = Math.max(0, c.lastSeq - c.readSeq);
+      applyOwnRead(c, Math.min(seq, c.lastSeq));
     }
     recountTotal();
   }
@@ -1425,10 +1474,20 @@
     // No badge frame comes with a message: unread is derived here, as the server does it (own
     // messages are read).
     if (isNew) {
+      const prevLastSeq = c.lastSeq;
       c.lastSeq = m.seq;
-      if (m.senderId === me()) c.readSeq = Math.max(c.readSeq, m.seq);
-      c.unread = Math.max(0, c.lastSeq - c.readSeq);
+      if (m.senderId === me()) {
+        c.readSeq = Math.max(c.readSeq, m.seq);
+        c.unread = 0;
+        pruneGone(c);
+      } else {
+        if (m.kind === 'deleted') c.gone.add(m.seq);
+        const from = Math.max(prevLastSeq, c.readSeq); // seqs it moves lastSeq over, less tombstones
+        c.unread += Math.max(0, m.seq - from) - goneIn(c, from, m.seq);
+      }
       recountTotal();
+    } else {
+      rememberGone(c, m); // a replay or duplicate: the count already stands
     }
     if (m.senderId === me() && m.clientMsgId && state.pending.has(m.clientMsgId)) {
       confirmSend(m.clientMsgId, m);
