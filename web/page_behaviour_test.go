@@ -214,7 +214,12 @@ func TestNewMessageCue(t *testing.T) {
 	bob.untilShown(1, 30)
 	bob.readToBottom(30) // a burst of more than a screen is not followed past what bob has seen
 	bob.waitFor("the newest message in view", inView(30))
-	bob.do("scroll up", chromedp.Evaluate[chromedp.Void](`document.getElementById('scroller').scrollTop = 0`))
+	// Scroll events are dispatched with the next frame: two frames later the page has seen this
+	// one, as it has long seen a user's scroll before a new message arrives.
+	bob.do("scroll up", chromedp.Evaluate[chromedp.Void](`window.scrolledUp = false;
+		document.getElementById('scroller').scrollTop = 0;
+		requestAnimationFrame(() => requestAnimationFrame(() => { window.scrolledUp = true; }));`))
+	bob.waitFor("the page to have seen the scroll", `window.scrolledUp === true`)
 	bob.waitFor("the cue to stay hidden while nothing is new", `document.getElementById('jump-latest').hidden`)
 	s.send(t, "msg", 31, 31)
 	bob.untilShown(1, 31)
