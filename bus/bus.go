@@ -1,5 +1,5 @@
 // Package bus carries a node's conversation and user events over core NATS. It subscribes to a
-// conversation's subjects (persisted messages from the sequencer, receipts, typing, deletions)
+// conversation's subjects (persisted messages and their changes from the sequencer, receipts, typing)
 // while someone on this node needs them and to a user's subject while the user is connected
 // here, and hands what arrives to a Handler on a fixed set of dispatcher goroutines: every
 // subject always lands on the same dispatcher, so one conversation's events are handled in
@@ -39,7 +39,10 @@ type Handler interface {
 	// queue from its read loop, so there is no earlier point to take it, and the time a message
 	// waited in the queue is not in it (chatd_bus_dispatch_queue_depth shows that backlog).
 	HandleMessage(conversationID string, data []byte, received time.Time)
-	// HandleConversationEvent gets a receipt, typing or deletion event of a conversation.
+	// HandleChange gets a change of a stored message (an edit, a reaction, a deletion) as the
+	// sequencer published it (JSON of sequencer.Change), after the message itself.
+	HandleChange(conversationID string, data []byte)
+	// HandleConversationEvent gets a receipt, typing or account-deletion event of a conversation.
 	HandleConversationEvent(conversationID string, data []byte)
 	// HandleUserEvent gets an event for all of one user's devices.
 	HandleUserEvent(userID string, data []byte)
@@ -119,6 +122,9 @@ func (b *Bus) dispatch(q chan *nats.Msg) {
 				received := time.Now()
 				b.cfg.Metrics.receivedOne(kindMessage)
 				b.handler.HandleMessage(strings.TrimSuffix(strings.TrimPrefix(m.Subject, convPrefix), ".msg"), m.Data, received)
+			case strings.HasSuffix(m.Subject, ".chg"):
+				b.cfg.Metrics.receivedOne(kindChange)
+				b.handler.HandleChange(strings.TrimSuffix(strings.TrimPrefix(m.Subject, convPrefix), ".chg"), m.Data)
 			case strings.HasSuffix(m.Subject, ".evt"):
 				b.cfg.Metrics.receivedOne(kindConversationEvent)
 				b.handler.HandleConversationEvent(strings.TrimSuffix(strings.TrimPrefix(m.Subject, convPrefix), ".evt"), m.Data)

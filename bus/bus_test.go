@@ -53,6 +53,7 @@ func (r *recorder) HandleMessage(id string, data []byte, received time.Time) {
 	r.mu.Unlock()
 	r.record("msg", id, data)
 }
+func (r *recorder) HandleChange(id string, data []byte) { r.record("chg", id, data) }
 func (r *recorder) HandleConversationEvent(id string, data []byte) {
 	r.record("evt", id, data)
 }
@@ -191,11 +192,11 @@ func TestConversationEventsArriveInPublishOrder(t *testing.T) {
 	b.WatchConversation("c1")
 	flush(t, busConn)
 
-	// Messages and events interleaved: one conversation's events share one order. Each payload
-	// is its own publish number.
+	// Messages, changes and events interleaved: one conversation's events share one order (a
+	// change never overtakes the message it changes). Each payload is its own publish number.
 	var want []event
 	for i := range n {
-		kind := []string{"msg", "evt"}[i%2]
+		kind := []string{"msg", "chg", "evt"}[i%3]
 		publish(t, other, "chat.conv.c1."+kind, strconv.Itoa(i))
 		want = append(want, event{kind, "c1", strconv.Itoa(i)})
 	}

@@ -12,12 +12,13 @@ import (
 // the label's cardinality stays bounded.
 const (
 	kindMessage           = "message"            // <prefix>.conv.<id>.msg, a persisted message
-	kindConversationEvent = "conversation_event" // <prefix>.conv.<id>.evt, receipt, typing or deletion
+	kindChange            = "change"             // <prefix>.conv.<id>.chg, an edit, reaction or deletion
+	kindConversationEvent = "conversation_event" // <prefix>.conv.<id>.evt, receipt, typing or account deletion
 	kindUserEvent         = "user_event"         // <prefix>.user.<id>
 	kindOther             = "other"
 )
 
-var receivedKinds = []string{kindMessage, kindConversationEvent, kindUserEvent, kindOther}
+var receivedKinds = []string{kindMessage, kindChange, kindConversationEvent, kindUserEvent, kindOther}
 
 // Metrics are the bus's instruments. A nil *Metrics records nothing, so tests and tools need not
 // build one. One Metrics may serve several buses (a test's nodes in one process); the gauges sum
@@ -35,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	received := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "chatd_bus_messages_received_total",
-		Help: "NATS messages the bus took from its subscriptions, by kind (message, conversation_event, user_event; other is a subject the bus ignores).",
+		Help: "NATS messages the bus took from its subscriptions, by kind (message, change, conversation_event, user_event; other is a subject the bus ignores).",
 	}, []string{"kind"})
 	for _, k := range receivedKinds { // every series exists from the start, so rate() sees the first one
 		m.received[k] = received.WithLabelValues(k)

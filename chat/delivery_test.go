@@ -154,7 +154,7 @@ func TestSyncReplaysThenReleasesLive(t *testing.T) {
 				}
 			}
 			ts.store.mu.Unlock()
-			views, err := ts.svc.Sync(ts.ctx, bob, map[string]int64{dm: 2})
+			views, err := ts.svc.Sync(ts.ctx, bob, map[string]int64{dm: 2}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -189,7 +189,7 @@ func TestSyncReplaysThenReleasesLive(t *testing.T) {
 			}
 
 			// A second sync replays only what this connection has not been given.
-			if _, err := ts.svc.Sync(ts.ctx, bob, map[string]int64{dm: 0}); err != nil {
+			if _, err := ts.svc.Sync(ts.ctx, bob, map[string]int64{dm: 0}, nil); err != nil {
 				t.Fatal(err)
 			}
 			if got := bob.seqs(t, dm); !slices.Equal(got, want) {
@@ -209,7 +209,7 @@ func TestSyncLimit(t *testing.T) {
 		ts.send("alice", dm, "m")
 	}
 	bob := ts.open("bob")
-	views, err := ts.svc.Sync(ts.ctx, bob, map[string]int64{dm: 4})
+	views, err := ts.svc.Sync(ts.ctx, bob, map[string]int64{dm: 4}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

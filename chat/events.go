@@ -12,7 +12,7 @@ import (
 
 // conversationEvent is what nodes publish on a conversation's event subject.
 type conversationEvent struct {
-	Type    string `json:"type"` // receipt, typing, deleted or tombstoned
+	Type    string `json:"type"` // receipt, typing or tombstoned
 	UserID  string `json:"userId"`
 	ReadSeq int64  `json:"readSeq,omitempty"`
 	Seq     int64  `json:"seq,omitempty"`
@@ -111,21 +111,17 @@ func (s *Service) ownMessage(senderID, convID string, seq int64) {
 	}
 }
 
-// HandleConversationEvent delivers a receipt, typing or deletion event to the local members.
-// Receipts only move forward; typing and receipts are ephemeral; a user's own typing and receipts
-// are not news to them, a deletion is, on their other devices. A deletion also takes the message
-// out of the unread counts computed here; it moves no badge, as a message moves none: clients
-// subtract it themselves (see docs/PROTOCOL.md).
+// HandleConversationEvent delivers a receipt or typing event to the local members, and learns
+// the tombstones of an account deletion. Receipts only move forward; typing and receipts are
+// ephemeral; a user's own typing and receipts are not news to them. (Deletions of one message are
+// changes: see HandleChange.)
 func (s *Service) HandleConversationEvent(convID string, data []byte) {
 	var ev conversationEvent
 	if err := json.Unmarshal(data, &ev); err != nil {
 		s.log.Error().Err(err).Str("conversation", convID).Msg("undecodable conversation event")
 		return
 	}
-	switch ev.Type {
-	case protocol.TypeDeleted:
-		s.learnDeleted(convID, []int64{ev.Seq})
-	case convTombstoned:
+	if ev.Type == convTombstoned {
 		s.learnDeleted(convID, ev.Seqs)
 		return
 	}
@@ -140,8 +136,6 @@ func (s *Service) HandleConversationEvent(convID string, data []byte) {
 		s.engine.EphemeralToConversation(convID, ev.UserID, "receipt:"+convID+":"+ev.UserID, ev.ReadSeq, frame)
 	case protocol.TypeTyping:
 		s.engine.EphemeralToConversation(convID, ev.UserID, "typing:"+convID+":"+ev.UserID, 0, frame)
-	case protocol.TypeDeleted:
-		s.engine.PushToConversation(convID, "", frame)
 	}
 }
 
@@ -358,6 +352,6 @@ func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversa
 	}
 	return protocol.Conversation{
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,
-		ReadSeq: read, Unread: unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt,
+		ReadSeq: read, Unread: unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt, Version: c.LastVersion,
 	}
 }

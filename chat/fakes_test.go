@@ -1,8 +1,10 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sort"
 	"sync"
@@ -277,6 +279,8 @@ func (f *fakeStore) removeMemberLocked(id, userID string) {
 	delete(f.cursors, cursorKey{userID, id})
 }
 
+// DeleteMessage tombstones a message behind the sequencer's back (no change is published), as
+// an account deletion does, for tests of what a node that heard nothing counts.
 func (f *fakeStore) DeleteMessage(_ context.Context, conversationID string, seq int64, senderID string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -446,8 +450,51 @@ func (f *fakeStore) appendMessage(req sequencer.SendRequest) (storage.Message, e
 	m := storage.Message{ConversationID: c.ID, Seq: c.LastSeq, SenderID: req.SenderID, Kind: req.Kind,
 		Body: req.Body, CreatedAt: time.Now().UTC().Truncate(time.Millisecond), ClientMsgID: req.ClientMsgID,
 		ReplyTo: req.ReplyTo}
+	if r := req.ReplyTo; r > 0 && r < c.LastSeq {
+		m.Quote = sequencer.QuoteOf(f.msgs[c.ID][r-1])
+	}
 	f.msgs[c.ID] = append(f.msgs[c.ID], m)
 	return m, nil
+}
+
+// changeMessage makes a change of a stored message by the sequencer's rules, numbered with the
+// conversation's next version, and returns the message as it is now and the change to publish
+// (nil when nothing changed). A deletion records its seq on the conversation.
+func (f *fakeStore) changeMessage(req sequencer.SendRequest) (storage.Message, *sequencer.Change, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.checkSenderLocked(req); err != nil {
+		return storage.Message{}, nil, err
+	}
+	c, msgs := f.convs[req.ConversationID], f.msgs[req.ConversationID]
+	if req.Seq < 1 || req.Seq > int64(len(msgs)) {
+		return storage.Message{}, nil, fmt.Errorf("no message %d: %w", req.Seq, sequencer.ErrNotFound)
+	}
+	m := &msgs[req.Seq-1]
+	changed, err := sequencer.ApplyChange(m, req, c.LastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
+	if err != nil || !changed {
+		return *m, nil, err
+	}
+	c.LastVersion++
+	f.convs[req.ConversationID] = c
+	if m.Kind == storage.KindDeleted {
+		f.recordDeletedLocked(req.ConversationID, req.Seq)
+	}
+	ch := sequencer.ChangeOf(*m, req, len(c.Members))
+	return *m, &ch, nil
+}
+
+func (f *fakeStore) ChangedMessages(_ context.Context, conversationID string, afterVersion, maxSeq int64, limit int) ([]storage.Message, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []storage.Message
+	for _, m := range f.msgs[conversationID] {
+		if m.Version > afterVersion && m.Seq <= maxSeq {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b storage.Message) int { return cmp.Compare(a.Version, b.Version) })
+	return out[:min(len(out), limit)], nil
 }
 
 // checkSenderLocked refuses, as the sequencer's owner does, a sender who is not a member; system
@@ -535,6 +582,9 @@ func (f *fakeSender) Send(_ context.Context, req sequencer.SendRequest) (protoco
 			return protocol.Message{ConversationID: req.ConversationID}, nil
 		}
 	}
+	if req.Op != "" {
+		return f.change(req)
+	}
 	if err := f.store.checkSender(req); err != nil {
 		return protocol.Message{}, err
 	}
@@ -554,6 +604,23 @@ func (f *fakeSender) Send(_ context.Context, req sequencer.SendRequest) (protoco
 	}
 	f.bus.publishMessage(wire.ConversationID, data)
 	return wire, nil
+}
+
+// change is the owner's part of a change: the store makes it by the sequencer's rules, and what
+// changed is published on the conversation's change subject before the reply.
+func (f *fakeSender) change(req sequencer.SendRequest) (protocol.Message, error) {
+	m, ch, err := f.store.changeMessage(req)
+	if err != nil {
+		return protocol.Message{}, err
+	}
+	if ch != nil {
+		data, err := json.Marshal(ch)
+		if err != nil {
+			return protocol.Message{}, err
+		}
+		f.bus.publishChange(req.ConversationID, data)
+	}
+	return sequencer.WireMessage(m), nil
 }
 
 func (f *fakeSender) Reload(ctx context.Context, conversationID string) error {
@@ -707,6 +774,7 @@ func (f *fakeInterest) log() []string {
 // Kinds of bus event.
 const (
 	evMessage      = "message"
+	evChange       = "change"
 	evConversation = "conversation"
 	evUser         = "user"
 )
@@ -748,6 +816,10 @@ func (b *fakeBus) publishMessage(id string, data []byte) {
 	b.publish(busEvent{evMessage, id, slices.Clone(data)})
 }
 
+func (b *fakeBus) publishChange(id string, data []byte) {
+	b.publish(busEvent{evChange, id, slices.Clone(data)})
+}
+
 func (b *fakeBus) publish(ev busEvent) {
 	b.mu.Lock()
 	b.events = append(b.events, ev)
@@ -769,6 +841,10 @@ func (b *fakeBus) deliver(ev busEvent) {
 		case evMessage:
 			if b.interest.watchingConversation(ev.id) {
 				b.svc.HandleMessage(ev.id, ev.data, time.Now())
+			}
+		case evChange:
+			if b.interest.watchingConversation(ev.id) {
+				b.svc.HandleChange(ev.id, ev.data)
 			}
 		case evConversation:
 			if b.interest.watchingConversation(ev.id) {
@@ -1028,7 +1104,7 @@ func (ts *testService) open(user string) *fakeConn {
 func (ts *testService) connect(user string) *fakeConn {
 	ts.t.Helper()
 	c := ts.open(user)
-	if _, err := ts.svc.Sync(ts.ctx, c, nil); err != nil {
+	if _, err := ts.svc.Sync(ts.ctx, c, nil, nil); err != nil {
 		ts.t.Fatalf("sync %s: %v", user, err)
 	}
 	return c

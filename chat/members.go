@@ -113,35 +113,6 @@ func (s *Service) RemoveMember(ctx context.Context, userID, convID, target strin
 	return err
 }
 
-// DeleteMessage tombstones one of the user's own messages for everyone; its seq stays. The store
-// records the seq on the conversation, so unread counts leave it out; the event that gives the
-// members their deleted frame tells every node's in-memory counts too (this one at once).
-func (s *Service) DeleteMessage(ctx context.Context, userID, convID string, seq int64) error {
-	if _, err := s.positionOf(userID, convID); err != nil {
-		return err
-	}
-	msgs, err := s.store.MessageRange(ctx, convID, seq, seq)
-	if err != nil {
-		return fmt.Errorf("load message %s/%d: %w", convID, seq, err)
-	}
-	if len(msgs) == 0 {
-		return refuse(ErrNotFound, "no message %d in this conversation", seq)
-	}
-	if msgs[0].SenderID != userID || msgs[0].Kind == storage.KindDeleted {
-		return refuse(ErrForbidden, "message %d is not yours to delete", seq)
-	}
-	err = s.store.DeleteMessage(ctx, convID, seq, userID)
-	if errors.Is(err, storage.ErrNotFound) { // deleted meanwhile
-		return refuse(ErrForbidden, "message %d is not yours to delete", seq)
-	}
-	if err != nil {
-		return fmt.Errorf("delete message %s/%d: %w", convID, seq, err)
-	}
-	s.learnDeleted(convID, []int64{seq})
-	s.publishConversation(convID, conversationEvent{Type: protocol.TypeDeleted, UserID: userID, Seq: seq})
-	return nil
-}
-
 // HideConversation deletes a conversation for the user only: out of their list, everything so far
 // read, history untouched for others; a newer message brings it back with only the newer messages
 // unread.

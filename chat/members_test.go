@@ -278,7 +278,7 @@ func TestRemovedBeforeSync(t *testing.T) {
 	if err := ts.svc.RemoveMember(ts.ctx, "alice", group, "bob"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.svc.Sync(ts.ctx, bob, nil); err != nil {
+	if _, err := ts.svc.Sync(ts.ctx, bob, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := bob.seqs(t, group); len(got) > 0 {

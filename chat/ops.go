@@ -195,8 +195,9 @@ func (s *Service) listConversations(ctx context.Context, userID string, syncing 
 // client learns of new ones and of anything still missing beyond the limit. Syncs running at once
 // with identical replays share their store reads (see sharedReads), and the store reads of all
 // syncing and connecting sessions of the node are bounded by MaxConcurrentSyncReads, so a
-// reconnect storm queues here instead of swamping the store.
-func (s *Service) Sync(ctx context.Context, c Conn, since map[string]int64) ([]protocol.Conversation, error) {
+// reconnect storm queues here instead of swamping the store. With versions it then catches the
+// client up on the changes (edits, reactions, deletions) of what it holds (see catchUp).
+func (s *Service) Sync(ctx context.Context, c Conn, since, versions map[string]int64) ([]protocol.Conversation, error) {
 	uid := c.UserID()
 	err := s.engine.Sync(ctx, c, func(push fanout.ReplayFunc) error {
 		for convID, have := range since {
@@ -208,7 +209,7 @@ func (s *Service) Sync(ctx context.Context, c Conn, since map[string]int64) ([]p
 				return fmt.Errorf("replay %s: %w", convID, err)
 			}
 			for _, m := range msgs {
-				frame, err := protocol.EncodeMessagePush(sequencer.WireMessage(m))
+				frame, err := protocol.EncodeMessagePush(s.viewOf(m, uid))
 				if err != nil {
 					return err
 				}
@@ -220,6 +221,9 @@ func (s *Service) Sync(ctx context.Context, c Conn, since map[string]int64) ([]p
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := s.catchUp(ctx, c, since, versions); err != nil {
 		return nil, err
 	}
 	return s.listConversations(ctx, uid, true)
@@ -266,7 +270,7 @@ func (s *Service) history(ctx context.Context, userID, convID string, at Anchor,
 	}
 	page := Page{Messages: make([]protocol.Message, len(msgs)), LastSeq: last, HasAfter: to < last}
 	for i, m := range msgs {
-		page.Messages[i] = sequencer.WireMessage(m)
+		page.Messages[i] = s.viewOf(m, userID)
 	}
 	if last > p.hiddenSeq {
 		page.FirstSeq = p.hiddenSeq + 1

@@ -1,11 +1,12 @@
-// Package chat is the chat service: every operation a user can do (send, open a DM, create a
-// group, change members, list, sync, page history, read, receipts, typing, delete, hide, privacy,
-// account deletion, badge) as a plain method that takes the caller's user id and returns values or
+// Package chat is the chat service: every operation a user can do (send, edit, react, delete,
+// open a DM, create a group, change members, list, sync, page history, read, receipts, typing,
+// hide, privacy, account deletion, badge) as a plain method that takes the caller's user id and returns values or
 // errors of the kinds below. The WebSocket router and the HTTP API both call it; neither holds
 // chat logic. It keeps, for the users connected to this node, their read positions in memory, and
 // it turns the events of the bus into frames that the fan-out engine delivers. Every state change
 // reaches a device by one path, applied idempotently (positions only move forward), so one change
-// is one frame per device. Sends go through the sequencer; the service never assigns a seq.
+// is one frame per device. Sends and changes of stored messages go through the sequencer; the
+// service never assigns a seq or a version.
 package chat
 
 import (
@@ -30,6 +31,8 @@ var (
 	ErrNotFound  = errors.New("not found")
 	ErrForbidden = errors.New("forbidden")
 	ErrInvalid   = errors.New("invalid request")
+	// ErrLimit refuses a change that would pass a bound on a message's state (its reactions).
+	ErrLimit = errors.New("limit exceeded")
 	// ErrUnavailable means nothing was stored: the owner is moving or the store is down. Retrying
 	// a send with the same clientMsgId is safe.
 	ErrUnavailable = errors.New("unavailable, retry")
@@ -66,7 +69,7 @@ type Store interface {
 	SetHideReceipts(ctx context.Context, userID string, hide bool) error
 	AddMembers(ctx context.Context, id string, userIDs []string) error
 	RemoveMember(ctx context.Context, id, userID string) error
-	DeleteMessage(ctx context.Context, conversationID string, seq int64, senderID string) error
+	ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) ([]storage.Message, error)
 	HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error
 	DeleteAccount(ctx context.Context, userID string) (storage.DeletedAccount, error)
 	Block(ctx context.Context, blocker, blocked string, at time.Time) error
@@ -76,7 +79,7 @@ type Store interface {
 	BlockedWith(ctx context.Context, userID string, others []string) ([]string, error)
 }
 
-// Sender sequences and persists a message; the sequencer implements it.
+// Sender sequences and persists a message, or a change of one; the sequencer implements it.
 type Sender interface {
 	Send(ctx context.Context, req sequencer.SendRequest) (protocol.Message, error)
 	Reload(ctx context.Context, conversationID string) error

@@ -145,7 +145,7 @@ func TestIdenticalSyncsShareStoreReads(t *testing.T) {
 	errs := make(chan error, len(conns))
 	for _, c := range conns {
 		go func() {
-			_, err := ts.svc.Sync(ts.ctx, c, map[string]int64{g: 0})
+			_, err := ts.svc.Sync(ts.ctx, c, map[string]int64{g: 0}, nil)
 			errs <- err
 		}()
 	}
@@ -222,7 +222,7 @@ func TestDifferentRangesAreNotMerged(t *testing.T) {
 	errs := make(chan error, 2*len(conns))
 	for i, c := range conns {
 		wg.Go(func() { // a sync from seq i: i+1..20
-			if _, err := ts.svc.Sync(ts.ctx, c, map[string]int64{g: int64(i)}); err != nil {
+			if _, err := ts.svc.Sync(ts.ctx, c, map[string]int64{g: int64(i)}, nil); err != nil {
 				errs <- err
 			}
 		})
@@ -279,7 +279,7 @@ func TestSyncReadsAreBounded(t *testing.T) {
 	errs := make(chan error, syncs)
 	for i, c := range conns {
 		wg.Go(func() {
-			if _, err := ts.svc.Sync(ts.ctx, c, map[string]int64{groups[i]: 0}); err != nil {
+			if _, err := ts.svc.Sync(ts.ctx, c, map[string]int64{groups[i]: 0}, nil); err != nil {
 				errs <- err
 			}
 		})
@@ -322,7 +322,7 @@ func TestQueuedSyncsShareOneRead(t *testing.T) {
 	// bob's sync of another group takes the only slot and is held in the store.
 	bobDone := make(chan error, 1)
 	go func() {
-		_, err := ts.svc.Sync(ts.ctx, bob, map[string]int64{other: 0})
+		_, err := ts.svc.Sync(ts.ctx, bob, map[string]int64{other: 0}, nil)
 		bobDone <- err
 	}()
 	waitUntil(t, func() string { return "bob's sync read to reach the store" },
@@ -331,7 +331,7 @@ func TestQueuedSyncsShareOneRead(t *testing.T) {
 	errs := make(chan error, len(conns))
 	for _, c := range conns {
 		go func() {
-			_, err := ts.svc.Sync(ts.ctx, c, map[string]int64{g: 0})
+			_, err := ts.svc.Sync(ts.ctx, c, map[string]int64{g: 0}, nil)
 			errs <- err
 		}()
 	}
@@ -380,14 +380,14 @@ func TestCancelledSyncReturnsPromptly(t *testing.T) {
 	// share the next read.
 	first := make(chan error, 1)
 	go func() {
-		_, err := ts.svc.Sync(ts.ctx, conns[0], map[string]int64{g: 0})
+		_, err := ts.svc.Sync(ts.ctx, conns[0], map[string]int64{g: 0}, nil)
 		first <- err
 	}()
 	waitUntil(t, func() string { return "the first sync's read to reach the store" },
 		func() bool { return gate.readsOf(key) == 1 })
 	second := make(chan error, 1)
 	go func() {
-		_, err := ts.svc.Sync(ts.ctx, conns[1], map[string]int64{g: 0})
+		_, err := ts.svc.Sync(ts.ctx, conns[1], map[string]int64{g: 0}, nil)
 		second <- err
 	}()
 	waitUntil(t, func() string { return "the second sync to wait" },
@@ -409,7 +409,7 @@ func TestCancelledSyncReturnsPromptly(t *testing.T) {
 			defer cancel()
 			done := make(chan error, 1)
 			go func() {
-				_, err := ts.svc.Sync(ctx, tc.conn, tc.since)
+				_, err := ts.svc.Sync(ctx, tc.conn, tc.since, nil)
 				done <- err
 			}()
 			waitUntil(t, func() string { return "the sync to wait" }, tc.waiting)
@@ -473,7 +473,7 @@ func TestSyncDoesNotShareAReadThatBegan(t *testing.T) {
 	carol := ts.open("carol")
 	carolDone := make(chan error, 1)
 	go func() {
-		_, err := ts.svc.Sync(ts.ctx, carol, map[string]int64{g: 5})
+		_, err := ts.svc.Sync(ts.ctx, carol, map[string]int64{g: 5}, nil)
 		carolDone <- err
 	}()
 	key := messageRange{g, 6, 5 + DefaultSyncLimit}
@@ -488,7 +488,7 @@ func TestSyncDoesNotShareAReadThatBegan(t *testing.T) {
 	bob := ts.open("bob")
 	bobDone := make(chan error, 1)
 	go func() {
-		_, err := ts.svc.Sync(ts.ctx, bob, map[string]int64{g: 5})
+		_, err := ts.svc.Sync(ts.ctx, bob, map[string]int64{g: 5}, nil)
 		bobDone <- err
 	}()
 	waitUntil(t, func() string { return "bob's sync to wait" },

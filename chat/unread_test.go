@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
 )
 
@@ -120,7 +121,7 @@ func TestUnreadAfterDeletesForEveryone(t *testing.T) {
 }
 
 // TestDeletionHeardFromAnotherNode: a deletion made on another node reaches this one only as the
-// conversation event; the badges counted here leave it out from then on.
+// owner's change event; the badges counted here leave it out from then on.
 func TestDeletionHeardFromAnotherNode(t *testing.T) {
 	ts := newTestService(t)
 	ts.connect("alice")
@@ -129,15 +130,15 @@ func TestDeletionHeardFromAnotherNode(t *testing.T) {
 	for range 5 {
 		ts.send("alice", dm, "m")
 	}
-	// The other node deleted seq 4 in the store and published the event.
+	// The owner, on another node, deleted seq 4 in the store and published the change.
 	if err := ts.store.DeleteMessage(ts.ctx, dm, 4, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(conversationEvent{Type: protocol.TypeDeleted, UserID: "alice", Seq: 4})
+	data, err := json.Marshal(sequencer.Change{Op: sequencer.OpDelete, ConversationID: dm, Seq: 4, Version: 1, UserID: "alice", Members: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts.svc.HandleConversationEvent(dm, data)
+	ts.svc.HandleChange(dm, data)
 	if got := bob.ofType(t, protocol.TypeDeleted); len(got) != 1 || got[0].frame.Seq != 4 {
 		t.Errorf("bob got deleted pushes %+v; want one for seq 4", got)
 	}
@@ -148,7 +149,7 @@ func TestDeletionHeardFromAnotherNode(t *testing.T) {
 		t.Errorf("bob's badge after reading 2 of 5 with 4 deleted: unread %d total %d; want 2, 2", *b.Unread, *b.Total)
 	}
 	// Repeated (the bus may deliver twice): counted once.
-	ts.svc.HandleConversationEvent(dm, data)
+	ts.svc.HandleChange(dm, data)
 	if _, total := ts.openCounting("bob"); total != 2 {
 		t.Errorf("after the event twice bob's next device connects with total %d; want 2", total)
 	}

@@ -117,6 +117,7 @@ type connState[C Conn] struct {
 
 	mu      sync.Mutex
 	sent    map[string]int64 // per conversation, the highest seq given to this connection
+	focus   string           // the conversation the client shows now, "" for none
 	holding bool
 	held    []heldPush
 	maxHeld int
@@ -384,6 +385,38 @@ func (e *Engine[C]) PushToConversation(convID, skipUser string, frame []byte) {
 	}
 }
 
+// PushToFocused gives a frame that must be seen to the connections of the conversation's local
+// members that have it in focus (see Focus), and to no other: pushes for what is on screen only,
+// such as a large group's reactions.
+func (e *Engine[C]) PushToFocused(convID string, frame []byte) {
+	c := e.locked(convID)
+	if c == nil {
+		return
+	}
+	defer c.mu.Unlock()
+	for cs := range c.conns {
+		cs.mu.Lock()
+		focused := cs.focus == convID
+		cs.mu.Unlock()
+		if focused {
+			cs.conn.Push(frame)
+		}
+	}
+}
+
+// Focus records the conversation a connection shows now ("" for none), for PushToFocused. It
+// reports false when the connection is not registered.
+func (e *Engine[C]) Focus(c C, convID string) bool {
+	cs := e.state(c)
+	if cs == nil {
+		return false
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.focus = convID
+	return true
+}
+
 // EphemeralToConversation gives an ephemeral frame to the conversation's local connections except
 // skipUser's. With a position > 0, the frame is dropped unless position is above the last one
 // carried under the same key, so such pushes (receipts) only move forward.
@@ -558,5 +591,8 @@ func (cs *connState[C]) forget(convID string) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	delete(cs.sent, convID)
+	if cs.focus == convID {
+		cs.focus = ""
+	}
 	cs.held = slices.DeleteFunc(cs.held, func(h heldPush) bool { return h.conversationID == convID })
 }

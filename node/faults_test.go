@@ -333,7 +333,7 @@ func TestFaultGapFilledFromStore(t *testing.T) {
 	if err := store.InsertMessages(ctx, []storage.Message{lost}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.AdvanceLastSeq(ctx, map[string]int64{dm.ID: lost.Seq}); err != nil {
+	if err := store.AdvanceCounters(ctx, map[string]storage.Counters{dm.ID: {LastSeq: lost.Seq}}); err != nil {
 		t.Fatal(err)
 	}
 

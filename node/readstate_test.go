@@ -31,7 +31,7 @@ func seedMessages(t *testing.T, store *storage.Store, conv, sender string, n int
 			t.Fatalf("seed messages: %v", err)
 		}
 	}
-	if err := store.AdvanceLastSeq(ctx, map[string]int64{conv: int64(n)}); err != nil {
+	if err := store.AdvanceCounters(ctx, map[string]storage.Counters{conv: {LastSeq: int64(n)}}); err != nil {
 		t.Fatalf("seed lastSeq: %v", err)
 	}
 }

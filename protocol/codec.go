@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -14,16 +15,17 @@ import (
 
 // Error codes sent in error frames. They are stable: clients branch on them.
 const (
-	CodeBadFrame     = "bad_frame"     // not a JSON object, or invalid UTF-8
-	CodeUnknownType  = "unknown_type"  // a type this server does not know
-	CodeInvalidField = "invalid_field" // a field is missing, of the wrong type or out of range
-	CodeTooLarge     = "too_large"     // the body exceeds MaxBodyBytes
-	CodeNotMember    = "not_member"    // the conversation does not exist or the user is not in it
-	CodeNotFound     = "not_found"     // the user or message does not exist
-	CodeForbidden    = "forbidden"     // the user may not do this (e.g. delete someone else's message)
-	CodeRateLimited  = "rate_limited"  // too many sends; retry later
-	CodeUnavailable  = "unavailable"   // a dependency is down or ownership is moving; retry with the same clientMsgId
-	CodeInternal     = "internal"      // a bug; the details are in the server log
+	CodeBadFrame     = "bad_frame"      // not a JSON object, or invalid UTF-8
+	CodeUnknownType  = "unknown_type"   // a type this server does not know
+	CodeInvalidField = "invalid_field"  // a field is missing, of the wrong type or out of range
+	CodeTooLarge     = "too_large"      // the body exceeds MaxBodyBytes
+	CodeNotMember    = "not_member"     // the conversation does not exist or the user is not in it
+	CodeNotFound     = "not_found"      // the user or message does not exist
+	CodeForbidden    = "forbidden"      // the user may not do this (e.g. delete someone else's message)
+	CodeLimit        = "limit_exceeded" // a bound on the message's state (reactions) would be passed
+	CodeRateLimited  = "rate_limited"   // too many sends; retry later
+	CodeUnavailable  = "unavailable"    // a dependency is down or ownership is moving; retry with the same clientMsgId
+	CodeInternal     = "internal"       // a bug; the details are in the server log
 )
 
 // Limits on what a client frame may carry. They bound the work and memory one frame can cause.
@@ -42,6 +44,15 @@ const (
 	// MaxPageSize caps a history page; DefaultPageSize is used when a request gives no limit.
 	MaxPageSize     = 200
 	DefaultPageSize = 50
+	// MaxEmojiBytes bounds one reaction: enough for any emoji sequence (a family with skin tones
+	// is 25 bytes) or a short name such as ":thumbsup:".
+	MaxEmojiBytes = 32
+	// MaxReactionKinds bounds the distinct emoji on one message, and MaxReactionsPerUser the
+	// emoji one member has on it, so a message's state stays small however large its group.
+	MaxReactionKinds    = 20
+	MaxReactionsPerUser = 10
+	// QuoteBytes bounds the copy of a replied-to message that a reply carries.
+	QuoteBytes = 200
 )
 
 // Error is a refusal with a stable code; it becomes an error frame.
@@ -130,11 +141,8 @@ func (f *ClientFrame) Validate() error {
 		if _, err := uuid.Parse(f.ClientMsgID); err != nil {
 			return Errorf(CodeInvalidField, "clientMsgId must be a uuid")
 		}
-		if f.Body == "" {
-			return Errorf(CodeInvalidField, "body is empty")
-		}
-		if len(f.Body) > MaxBodyBytes {
-			return Errorf(CodeTooLarge, "body is longer than %d bytes", MaxBodyBytes)
+		if err := validBody(f.Body); err != nil {
+			return err
 		}
 		return nonNegative("replyTo", f.ReplyTo)
 	case TypeOpenDM, TypeBlockUser, TypeUnblockUser:
@@ -159,31 +167,32 @@ func (f *ClientFrame) Validate() error {
 		return requireID("userId", f.UserID)
 	case TypeLeave, TypeHideConversation, TypeTyping:
 		return requireID("conversationId", f.ConversationID)
+	case TypeFocus:
+		if f.ConversationID == "" {
+			return nil // nothing in focus
+		}
+		return requireID("conversationId", f.ConversationID)
+	case TypeEditMessage:
+		if err := requireMessage(f); err != nil {
+			return err
+		}
+		return validBody(f.Body)
+	case TypeReact:
+		if err := requireMessage(f); err != nil {
+			return err
+		}
+		return validEmoji(f.Emoji)
 	case TypeListConversations, TypePing, TypeListBlocks:
 		return nil
 	case TypeSync:
-		if len(f.Since) > MaxSince {
-			return Errorf(CodeInvalidField, "since names more than %d conversations", MaxSince)
-		}
-		for id, seq := range f.Since {
-			if err := requireID("since key", id); err != nil {
-				return err
-			}
-			if err := nonNegative("since value", seq); err != nil {
-				return err
-			}
-		}
-		return nil
-	case TypeHistory:
-		return f.validateHistory()
-	case TypeRead, TypeReceipts, TypeDeleteMessage:
-		if err := requireID("conversationId", f.ConversationID); err != nil {
+		if err := validPositions("since", f.Since); err != nil {
 			return err
 		}
-		if f.Seq < 1 {
-			return Errorf(CodeInvalidField, "seq must be at least 1")
-		}
-		return nil
+		return validPositions("versions", f.Versions)
+	case TypeHistory:
+		return f.validateHistory()
+	case TypeRead, TypeReceipts, TypeDeleteMessage, TypeReactions:
+		return requireMessage(f)
 	case TypeSetPrivacy:
 		if f.HideReceipts == nil {
 			return Errorf(CodeInvalidField, "hideReceipts is required")
@@ -194,6 +203,73 @@ func (f *ClientFrame) Validate() error {
 	default:
 		return Errorf(CodeUnknownType, "unknown frame type %q", truncate(f.Type, 40))
 	}
+}
+
+// requireMessage checks the conversation and seq that name one message.
+func requireMessage(f *ClientFrame) error {
+	if err := requireID("conversationId", f.ConversationID); err != nil {
+		return err
+	}
+	if f.Seq < 1 {
+		return Errorf(CodeInvalidField, "seq must be at least 1")
+	}
+	return nil
+}
+
+func validBody(body string) error {
+	if body == "" {
+		return Errorf(CodeInvalidField, "body is empty")
+	}
+	if len(body) > MaxBodyBytes {
+		return Errorf(CodeTooLarge, "body is longer than %d bytes", MaxBodyBytes)
+	}
+	return nil
+}
+
+// validPositions checks a sync map of conversation id to seq or version.
+func validPositions(field string, m map[string]int64) error {
+	if len(m) > MaxSince {
+		return Errorf(CodeInvalidField, "%s names more than %d conversations", field, MaxSince)
+	}
+	for id, v := range m {
+		if err := requireID(field+" key", id); err != nil {
+			return err
+		}
+		if err := nonNegative(field+" value", v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validEmoji checks a reaction: 1 to MaxEmojiBytes bytes with no white space or control
+// characters. Which emoji exist is the clients' business; the bound keeps a message's state small.
+func validEmoji(e string) error {
+	if e == "" {
+		return Errorf(CodeInvalidField, "emoji is required")
+	}
+	if len(e) > MaxEmojiBytes {
+		return Errorf(CodeInvalidField, "emoji is longer than %d bytes", MaxEmojiBytes)
+	}
+	for _, r := range e {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return Errorf(CodeInvalidField, "emoji may not hold white space or control characters")
+		}
+	}
+	return nil
+}
+
+// QuoteOf cuts a message body to at most QuoteBytes, at a character boundary, marking a cut with
+// an ellipsis.
+func QuoteOf(body string) string {
+	if len(body) <= QuoteBytes {
+		return body
+	}
+	cut := QuoteBytes - len("…")
+	for cut > 0 && !utf8.RuneStart(body[cut]) {
+		cut--
+	}
+	return body[:cut] + "…"
 }
 
 func (f *ClientFrame) validateHistory() error {
@@ -222,6 +298,12 @@ func (f *ClientFrame) validateHistory() error {
 		return Errorf(CodeInvalidField, "limit must not be negative")
 	}
 	return nil
+}
+
+// WritesMessage reports whether the frame writes a message through the sequencer: a send, an
+// edit or a reaction. These share the per-user send rate and the send timeout.
+func (f *ClientFrame) WritesMessage() bool {
+	return f.Type == TypeSend || f.Type == TypeEditMessage || f.Type == TypeReact
 }
 
 // PageLimit returns the page size a history request asked for, defaulted and capped.

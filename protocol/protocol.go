@@ -27,6 +27,10 @@ const (
 	TypeBlockUser         = "block_user"
 	TypeUnblockUser       = "unblock_user"
 	TypeListBlocks        = "list_blocks"
+	TypeEditMessage       = "edit_message"
+	TypeReact             = "react"
+	TypeReactions         = "reactions"
+	TypeFocus             = "focus"
 )
 
 // Server frame types: what the server sends. Replies carry the request's id.
@@ -49,6 +53,10 @@ const (
 	TypeDeleted       = "deleted"
 	TypePong          = "pong"
 	TypeBlocks        = "blocks"
+	TypeEdited        = "edited"
+	TypeReaction      = "reaction"
+	TypeReactionList  = "reaction_list"
+	TypeChanges       = "changes"
 )
 
 // Message kinds.
@@ -75,6 +83,33 @@ type Message struct {
 	CreatedAt      time.Time `json:"createdAt"`
 	ClientMsgID    string    `json:"clientMsgId,omitempty"`
 	ReplyTo        int64     `json:"replyTo,omitempty"`
+	// Quote is a short copy of the message ReplyTo answers, so clients render a reply without
+	// loading that message.
+	Quote *Quote `json:"quote,omitempty"`
+	// Version is the conversation's change number of this message's last edit, reaction or
+	// deletion; 0 for a message never changed. A client keeps the state with the higher version.
+	Version  int64      `json:"version,omitempty"`
+	EditedAt *time.Time `json:"editedAt,omitempty"`
+	// Reactions are the counts per emoji, in the order each emoji was first used.
+	Reactions []Reaction `json:"reactions,omitempty"`
+}
+
+// Quote is the start of a replied-to message as it was when the reply was sent; Deleted says the
+// message has been deleted for everyone since (or was already), and then Body is empty.
+type Quote struct {
+	SenderID string `json:"senderId"`
+	Body     string `json:"body,omitempty"`
+	Deleted  bool   `json:"deleted,omitempty"`
+}
+
+// Reaction is one emoji on a message: how many members used it, whether the viewer is one of
+// them (Me, in pages, sync replays and catch-ups), and who (UserIDs, only in a reaction_list
+// answer for one message).
+type Reaction struct {
+	Emoji   string   `json:"emoji"`
+	Count   int64    `json:"count"`
+	Me      bool     `json:"me,omitempty"`
+	UserIDs []string `json:"userIds,omitempty"`
 }
 
 // Conversation is a conversation as one member sees it: Unread is LastSeq minus the member's
@@ -91,6 +126,9 @@ type Conversation struct {
 	ReadSeq   int64     `json:"readSeq"`
 	Unread    int64     `json:"unread"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Version is the conversation's latest change number (edits, reactions, deletions); a sync
+	// with versions catches up on the changes after the one a client holds.
+	Version int64 `json:"version,omitempty"`
 }
 
 // Reader is one member's read position, used in receipts.
@@ -115,7 +153,13 @@ type ClientFrame struct {
 	Members     []string `json:"members,omitempty"`
 	// Since maps conversation id to the highest seq the client holds (sync).
 	Since map[string]int64 `json:"since,omitempty"`
-	// Seq is the message a read, receipts or delete_message frame is about.
+	// Versions maps conversation id to the highest change version the client holds (sync).
+	Versions map[string]int64 `json:"versions,omitempty"`
+	// Emoji is the reaction a react frame adds, or removes with Remove.
+	Emoji  string `json:"emoji,omitempty"`
+	Remove bool   `json:"remove,omitempty"`
+	// Seq is the message a read, receipts, delete_message, edit_message, react or reactions frame
+	// is about.
 	Seq int64 `json:"seq,omitempty"`
 	// History anchors: at most one of Before, After, Around, At, Fraction; none means the latest page.
 	Before   *int64   `json:"before,omitempty"`
@@ -170,6 +214,17 @@ type ServerFrame struct {
 
 	// UserIDs lists the users the caller blocks (blocks frames), sorted; omitted when none.
 	UserIDs []string `json:"userIds,omitempty"`
+
+	// Changes: the version of an edited, reaction or deleted frame, or the highest one a changes
+	// frame carries; HasMore says a changes frame stopped at the sync limit.
+	Version int64 `json:"version,omitempty"`
+	HasMore bool  `json:"hasMore,omitempty"`
+	// Reaction frames: the emoji, whether it was taken away, and how many have it now.
+	Emoji     string     `json:"emoji,omitempty"`
+	Remove    bool       `json:"remove,omitempty"`
+	Count     *int64     `json:"count,omitempty"`
+	EditedAt  *time.Time `json:"editedAt,omitempty"`
+	Reactions []Reaction `json:"reactions,omitempty"`
 
 	// Message pushes (type "message") are encoded from Message directly; see EncodeMessagePush.
 	Body      string     `json:"body,omitempty"`

@@ -103,7 +103,7 @@ func benchNaive(b *testing.B, conversations int) {
 			Kind: req.Kind, Body: req.Body, CreatedAt: time.Now().UTC(), ClientMsgID: req.ClientMsgID}}); err != nil {
 			return err
 		}
-		return store.AdvanceLastSeq(ctx, map[string]int64{convID: next})
+		return store.AdvanceCounters(ctx, map[string]storage.Counters{convID: {LastSeq: next}})
 	})
 }
 

@@ -16,9 +16,10 @@ const (
 	failStore     = "store"      // a store read or write failed
 	failSeqTaken  = "seq_taken"  // another writer stored the seq first (two owners for a moment)
 	failNotOwner  = "not_owner"  // the lease was lost, or the partition was being released
+	failRefused   = "refused"    // a change or reply naming no such message, not allowed, or past a limit
 )
 
-var failReasons = []string{failQueueFull, failInvalid, failNotMember, failStore, failSeqTaken, failNotOwner}
+var failReasons = []string{failQueueFull, failInvalid, failNotMember, failStore, failSeqTaken, failNotOwner, failRefused}
 
 // Directions of chatd_partition_handovers_total.
 const (
@@ -67,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		failures: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "chatd_sequencer_failures_total",
-			Help: "Sends this node answered with an error as the owner of their partition, by reason: queue_full, invalid, not_member, store, seq_taken, not_owner.",
+			Help: "Sends this node answered with an error as the owner of their partition, by reason: queue_full, invalid, not_member, store, seq_taken, not_owner, refused (a change or reply naming no such message, not allowed, or past a limit).",
 		}, []string{"reason"}),
 		queueDepth: f.NewGauge(prometheus.GaugeOpts{
 			Name: "chatd_sequencer_queue_depth",

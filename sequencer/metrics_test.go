@@ -140,15 +140,44 @@ func (s *memStore) MessageRange(_ context.Context, conv string, from, to int64) 
 	return out, nil
 }
 
-func (s *memStore) AdvanceLastSeq(_ context.Context, lastSeqs map[string]int64) error {
+func (s *memStore) AdvanceCounters(_ context.Context, counters map[string]storage.Counters) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, seq := range lastSeqs {
-		if c, ok := s.convs[id]; ok && seq > c.LastSeq {
-			c.LastSeq = seq
+	for id, n := range counters {
+		if c, ok := s.convs[id]; ok {
+			c.LastSeq, c.LastVersion = max(c.LastSeq, n.LastSeq), max(c.LastVersion, n.LastVersion)
 			s.convs[id] = c
 		}
 	}
+	return nil
+}
+
+func (s *memStore) UpdateMessages(_ context.Context, updates []storage.MessageUpdate) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, u := range updates {
+		i := slices.IndexFunc(s.msgs, func(m storage.Message) bool {
+			return m.ConversationID == u.Message.ConversationID && m.Seq == u.Message.Seq
+		})
+		if i < 0 || s.msgs[i].Version != u.PrevVersion || s.msgs[i].Kind == storage.KindDeleted {
+			return storage.ErrConflict
+		}
+		s.msgs[i] = u.Message
+	}
+	return nil
+}
+
+func (s *memStore) RecordDeleted(_ context.Context, conv string, seqs []int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.convs[conv]
+	for _, seq := range seqs {
+		if !slices.Contains(c.DeletedSeqs, seq) {
+			c.DeletedSeqs = append(c.DeletedSeqs, seq)
+			c.DeletedCount++
+		}
+	}
+	s.convs[conv] = c
 	return nil
 }
 

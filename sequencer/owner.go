@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,10 +46,12 @@ type pending struct {
 	replyTo string
 }
 
-// conversationState is what the owner knows of one conversation.
+// conversationState is what the owner knows of one conversation: its members, its last seq and
+// its last change number.
 type conversationState struct {
-	members map[string]bool
-	lastSeq int64
+	members     map[string]bool
+	lastSeq     int64
+	lastVersion int64
 }
 
 // entry is one send of a batch on its way to the store, and what became of it.
@@ -62,6 +65,30 @@ type entry struct {
 	// stored is the message as it is in the store, once that is known: new, or found again for a
 	// retry. It is published even if it cannot be acked.
 	stored *protocol.Message
+	// change is what a change request changed, published once it is stored; nil for a send, and
+	// for a change that changed nothing.
+	change *Change
+	// refusal is the reason told to the user when code is a refusal.
+	refusal string
+}
+
+// batchMessages holds the stored messages a batch reads and changes, each read once: a reply's
+// quote, and the changes of one message, which are made one after the other and written once.
+type batchMessages struct {
+	byKey   map[messageKey]*batchMessage
+	changed []*batchMessage // in the order of their first change
+}
+
+type messageKey struct {
+	conversationID string
+	seq            int64
+}
+
+// batchMessage is one message as the batch found it and as its changes leave it.
+type batchMessage struct {
+	msg         storage.Message
+	prevVersion int64
+	changed     bool
 }
 
 func newPartition(s *Sequencer, id int, stillOwner func() bool) *partition {
@@ -178,6 +205,7 @@ func (p *partition) flush(batch []pending) {
 
 	entries := make([]*entry, len(batch))
 	firstOfID := make(map[string]*entry, len(batch))
+	msgs := &batchMessages{byKey: make(map[messageKey]*batchMessage)}
 	var fresh []*entry
 	for i, pd := range batch {
 		e := &entry{pending: pd}
@@ -196,13 +224,18 @@ func (p *partition) flush(batch []pending) {
 				continue
 			}
 		}
-		p.assign(ctx, e, key)
+		if pd.req.Op != "" {
+			p.change(ctx, e, key, msgs)
+			continue
+		}
+		p.assign(ctx, e, key, msgs)
 		if e.assigned {
 			fresh = append(fresh, e)
 		}
 	}
 	p.insert(ctx, fresh)
-	p.advanceLastSeq(ctx, entries)
+	p.advanceCounters(ctx, entries)
+	p.storeChanges(ctx, entries, msgs)
 	if p.stillOwner != nil && !p.stillOwner() {
 		// Another node holds the partition now; what was stored will be found by the new owner
 		// through the unique index when the client retries.
@@ -224,31 +257,52 @@ func (p *partition) flush(batch []pending) {
 		if req := batch[i].req; !req.Reload || req.Kind != "" { // a bare reload is not a send
 			p.seq.metrics.answered(e.result != nil, e.reason)
 		}
-		p.respond(batch[i].replyTo, reply{Message: e.result, Code: e.code})
+		p.respond(batch[i].replyTo, reply{Message: e.result, Code: e.code, Reason: e.refusal})
 	}
 }
 
-// assign checks membership and retries, then gives e the next seq of its conversation.
-func (p *partition) assign(ctx context.Context, e *entry, key string) {
+// member returns the state of e's conversation once e's sender is found a member of it (system
+// messages, from the server, need no member: their sender may have just left); otherwise it sets
+// e's answer and returns nil. A request retried recently is answered from memory, also with nil.
+func (p *partition) member(ctx context.Context, e *entry, key string) *conversationState {
 	c, err := p.conversation(ctx, e.req.ConversationID)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		e.code, e.reason = codeNotMember, failNotMember
-		return
+		return nil
 	case err != nil:
 		p.seq.log.Error().Err(err).Str("conversation", e.req.ConversationID).Msg("load conversation")
 		e.code, e.reason = codeUnavailable, failStore
-		return
+		return nil
 	case e.req.Kind != storage.KindSystem && !c.members[e.req.SenderID]:
-		// System messages (membership changes) come from the server, for a sender who may have
-		// just left.
 		e.code, e.reason = codeNotMember, failNotMember
-		return
+		return nil
 	}
 	if m, ok := p.recent.get(key); ok {
 		p.seq.metrics.recentHit()
 		e.result, e.stored = &m, &m
+		if e.req.Op != "" {
+			e.stored = nil // a change is published once, when it is made
+		}
+		return nil
+	}
+	return c
+}
+
+// assign checks membership and retries, then gives e the next seq of its conversation. A reply
+// gets the quote of the message it answers.
+func (p *partition) assign(ctx context.Context, e *entry, key string, msgs *batchMessages) {
+	c := p.member(ctx, e, key)
+	if c == nil {
 		return
+	}
+	var quote *storage.Quote
+	if e.req.ReplyTo > 0 {
+		replied := p.message(ctx, e, msgs, e.req.ReplyTo, c.lastSeq)
+		if replied == nil {
+			return
+		}
+		quote = QuoteOf(replied.msg)
 	}
 	c.lastSeq++
 	e.assigned = true
@@ -261,7 +315,127 @@ func (p *partition) assign(ctx context.Context, e *entry, key string) {
 		CreatedAt:      time.Now().UTC().Truncate(time.Millisecond),
 		ClientMsgID:    e.req.ClientMsgID,
 		ReplyTo:        e.req.ReplyTo,
+		Quote:          quote,
 	}
+}
+
+// message returns message seq of e's conversation as this batch has it, reading it from the
+// store the first time; seqs above lastSeq do not exist yet. When there is no such message, or
+// it cannot be read, it sets e's answer and returns nil.
+func (p *partition) message(ctx context.Context, e *entry, msgs *batchMessages, seq, lastSeq int64) *batchMessage {
+	k := messageKey{e.req.ConversationID, seq}
+	if bm, ok := msgs.byKey[k]; ok {
+		return bm
+	}
+	var found []storage.Message
+	if seq <= lastSeq {
+		var err error
+		if found, err = p.seq.store.MessageRange(ctx, k.conversationID, seq, seq); err != nil {
+			p.seq.log.Error().Err(err).Str("conversation", k.conversationID).Int64("seq", seq).Msg("load message")
+			e.code, e.reason = codeUnavailable, failStore
+			return nil
+		}
+	}
+	if len(found) == 0 {
+		e.code, e.reason, e.refusal = codeNotFound, failRefused, fmt.Sprintf("no message %d in this conversation", seq)
+		return nil
+	}
+	bm := &batchMessage{msg: found[0], prevVersion: found[0].Version}
+	msgs.byKey[k] = bm
+	return bm
+}
+
+// change makes one change of a stored message in the batch's copy of it, numbered with the
+// conversation's next version; storeChanges writes it. A change that changes nothing (a repeat)
+// is answered with the message as it is and publishes nothing.
+func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batchMessages) {
+	c := p.member(ctx, e, key)
+	if c == nil {
+		return
+	}
+	bm := p.message(ctx, e, msgs, e.req.Seq, c.lastSeq)
+	if bm == nil {
+		return
+	}
+	changed, err := ApplyChange(&bm.msg, e.req, c.lastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
+	if err != nil {
+		var r *refusal
+		if !errors.As(err, &r) {
+			p.seq.log.Error().Err(err).Msg("change message")
+			e.code, e.reason = codeUnavailable, failInvalid
+			return
+		}
+		e.code, e.reason, e.refusal = codeForbidden, failRefused, r.reason
+		for _, rc := range refusalCodes {
+			if errors.Is(err, rc.kind) {
+				e.code = rc.code
+			}
+		}
+		return
+	}
+	if changed {
+		c.lastVersion++
+		if !bm.changed {
+			bm.changed = true
+			msgs.changed = append(msgs.changed, bm)
+		}
+		ch := ChangeOf(bm.msg, e.req, len(c.members))
+		e.change = &ch
+	}
+	m := WireMessage(bm.msg)
+	e.result = &m
+}
+
+// storeChanges writes the batch's changed messages: first the seqs of those it deleted onto
+// their conversations (so unread counts leave them out; a failure before the tombstone is
+// finished by the retry), then every changed message with one bulk of updates guarded by the
+// version it had. If any write fails, every change of the batch is answered as retryable and the
+// conversations are read again on their next request: a retry finds what was written.
+func (p *partition) storeChanges(ctx context.Context, entries []*entry, msgs *batchMessages) {
+	if len(msgs.changed) == 0 {
+		return
+	}
+	err := p.advanced(entries)
+	updates := make([]storage.MessageUpdate, 0, len(msgs.changed))
+	for _, bm := range msgs.changed {
+		if err == nil && bm.msg.Kind == storage.KindDeleted {
+			err = p.seq.store.RecordDeleted(ctx, bm.msg.ConversationID, []int64{bm.msg.Seq})
+		}
+		updates = append(updates, storage.MessageUpdate{Message: bm.msg, PrevVersion: bm.prevVersion})
+	}
+	if err == nil {
+		err = p.seq.store.UpdateMessages(ctx, updates)
+	}
+	if err == nil {
+		return
+	}
+	reason := failStore
+	if errors.Is(err, storage.ErrConflict) {
+		reason = failSeqTaken
+	}
+	if !errors.Is(err, errNotAdvanced) {
+		p.seq.log.Error().Err(err).Int("partition", p.id).Int("messages", len(updates)).Msg("store changed messages")
+	}
+	for _, e := range entries {
+		if e.change != nil {
+			p.fail([]*entry{e}, reason)
+			e.change = nil
+		}
+	}
+}
+
+// errNotAdvanced says a batch's counters were not stored, so its changes must not be either: a
+// change's version may not be stored before the conversation's lastVersion covers it.
+var errNotAdvanced = errors.New("counters not advanced")
+
+// advanced reports errNotAdvanced when a change of the batch lost its answer in advanceCounters.
+func (p *partition) advanced(entries []*entry) error {
+	for _, e := range entries {
+		if e.change != nil && e.result == nil {
+			return errNotAdvanced
+		}
+	}
+	return nil
 }
 
 // insert stores the fresh entries with ordered insertMany calls. A duplicate clientMsgId is a
@@ -334,20 +508,24 @@ func (p *partition) fail(entries []*entry, reason string) {
 	}
 }
 
-// advanceLastSeq raises conversations.lastSeq for every conversation the batch touched. If that
-// fails the stored messages are not acked; they stay remembered, so the retry acks the same seq.
-func (p *partition) advanceLastSeq(ctx context.Context, entries []*entry) {
-	lastSeqs := make(map[string]int64)
+// advanceCounters raises conversations.lastSeq and lastVersion for every conversation the batch
+// touched; changes are written after it, so lastVersion is never below a stored version. If it
+// fails nothing is acked: the stored messages stay remembered, so the retry acks the same seq,
+// and the changes are not written at all.
+func (p *partition) advanceCounters(ctx context.Context, entries []*entry) {
+	counters := make(map[string]storage.Counters)
 	for _, e := range entries {
 		if c, ok := p.convs[e.req.ConversationID]; ok && e.result != nil {
-			lastSeqs[e.req.ConversationID] = c.lastSeq
+			counters[e.req.ConversationID] = storage.Counters{LastSeq: c.lastSeq, LastVersion: c.lastVersion}
 		}
 	}
-	if err := p.seq.store.AdvanceLastSeq(ctx, lastSeqs); err != nil {
+	if err := p.seq.store.AdvanceCounters(ctx, counters); err != nil {
 		p.seq.log.Error().Err(err).Int("partition", p.id).Msg("advance lastSeq")
 		for _, e := range entries {
 			if e.result != nil {
-				p.recent.add(recentKey(e.req.ConversationID, e.req.ClientMsgID), *e.result)
+				if e.change == nil && e.req.Op == "" {
+					p.recent.add(recentKey(e.req.ConversationID, e.req.ClientMsgID), *e.result)
+				}
 				e.result, e.code, e.reason = nil, codeUnavailable, failStore
 			}
 		}
@@ -356,7 +534,8 @@ func (p *partition) advanceLastSeq(ctx context.Context, entries []*entry) {
 
 // publish sends the batch's stored messages to their conversations' fan-out subjects: new ones
 // in seq order, and again those a client retried, because a retry may mean the owner that stored
-// a message died before publishing it. Receivers drop a seq they already have.
+// a message died before publishing it (receivers drop a seq they already have); then the
+// changes it stored, in version order.
 func (p *partition) publish(entries []*entry) {
 	published := make(map[*entry]bool, len(entries))
 	for _, e := range entries {
@@ -365,6 +544,25 @@ func (p *partition) publish(entries []*entry) {
 		}
 		published[e] = true
 		p.publishOne(*e.stored)
+	}
+	for _, e := range entries {
+		if e.change != nil && e.result != nil && !published[e] {
+			published[e] = true
+			p.publishChange(*e.change)
+		}
+	}
+}
+
+// publishChange sends one stored change to its conversation's change subject.
+func (p *partition) publishChange(c Change) {
+	data, err := json.Marshal(c)
+	if err != nil {
+		p.seq.log.Error().Err(err).Msg("encode change event")
+		return
+	}
+	if err := p.seq.nc.Publish(ChangeSubject(p.seq.cfg.SubjectPrefix, c.ConversationID), data); err != nil {
+		// Members' clients catch up on the next sync with versions.
+		p.seq.log.Error().Err(err).Str("conversation", c.ConversationID).Msg("publish change")
 	}
 }
 
@@ -455,7 +653,7 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 	if high > conv.LastSeq {
 		p.republish(ctx, id, max(conv.LastSeq+1, high-int64(p.seq.cfg.MaxBatch)+1), high)
 	}
-	c := &conversationState{members: memberSet(conv.Members), lastSeq: max(conv.LastSeq, high)}
+	c := &conversationState{members: memberSet(conv.Members), lastSeq: max(conv.LastSeq, high), lastVersion: conv.LastVersion}
 	if len(p.convs) >= maxCachedConversations {
 		for evict := range p.convs {
 			delete(p.convs, evict)
@@ -481,9 +679,14 @@ func markStored(entries []*entry) {
 	}
 }
 
-// WireMessage is a stored message as clients see it.
+// WireMessage is a stored message as clients see it, with its reactions counted.
 func WireMessage(m storage.Message) protocol.Message {
-	return protocol.Message{
+	return WireMessageFor(m, "")
+}
+
+// WireMessageFor is a stored message as viewer sees it: its reactions say which are viewer's.
+func WireMessageFor(m storage.Message, viewer string) protocol.Message {
+	w := protocol.Message{
 		ConversationID: m.ConversationID,
 		Seq:            m.Seq,
 		SenderID:       m.SenderID,
@@ -492,5 +695,15 @@ func WireMessage(m storage.Message) protocol.Message {
 		CreatedAt:      m.CreatedAt,
 		ClientMsgID:    m.ClientMsgID,
 		ReplyTo:        m.ReplyTo,
+		Version:        m.Version,
+		EditedAt:       m.EditedAt,
 	}
+	if q := m.Quote; q != nil {
+		w.Quote = &protocol.Quote{SenderID: q.SenderID, Body: q.Body, Deleted: q.Deleted}
+	}
+	for _, r := range m.Reactions {
+		w.Reactions = append(w.Reactions, protocol.Reaction{Emoji: r.Emoji, Count: int64(len(r.Users)),
+			Me: viewer != "" && slices.Contains(r.Users, viewer)})
+	}
+	return w
 }

@@ -37,34 +37,53 @@ type Store interface {
 	InsertMessages(ctx context.Context, msgs []storage.Message) error
 	MessageByClientID(ctx context.Context, conversationID, clientMsgID string) (storage.Message, error)
 	MessageRange(ctx context.Context, conversationID string, from, to int64) ([]storage.Message, error)
-	AdvanceLastSeq(ctx context.Context, lastSeqs map[string]int64) error
+	AdvanceCounters(ctx context.Context, counters map[string]storage.Counters) error
+	UpdateMessages(ctx context.Context, updates []storage.MessageUpdate) error
+	RecordDeleted(ctx context.Context, conversationID string, seqs []int64) error
 }
 
-// SendRequest is one message to sequence. SenderID comes from the authenticated session, never
-// from the client's frame.
+// SendRequest is one message to sequence, or with Op one change of a stored message (see
+// changes.go). SenderID comes from the authenticated session, never from the client's frame.
 type SendRequest struct {
 	ConversationID string `json:"conversationId"`
 	SenderID       string `json:"senderId"`
-	ClientMsgID    string `json:"clientMsgId"`
-	Kind           string `json:"kind"`
-	Body           string `json:"body"`
-	ReplyTo        int64  `json:"replyTo,omitempty"`
+	// ClientMsgID makes a retry safe: the client's id of a send, a request id of a change.
+	ClientMsgID string `json:"clientMsgId"`
+	Kind        string `json:"kind"`
+	Body        string `json:"body"`
+	ReplyTo     int64  `json:"replyTo,omitempty"`
+	// Op, Seq and Emoji make the request a change of message Seq: an edit to Body, a deletion, or
+	// a reaction added or taken away.
+	Op    string `json:"op,omitempty"`
+	Seq   int64  `json:"seq,omitempty"`
+	Emoji string `json:"emoji,omitempty"`
 	// Reload makes the owner re-read the conversation's members first, so a membership change
 	// takes effect at once. With an empty Kind nothing is stored: it is only a reload.
 	Reload bool `json:"reload,omitempty"`
 }
 
-// reply is what an owner answers a SendRequest with.
+// reply is what an owner answers a SendRequest with: the message as stored (after a change, its
+// new state), or a code and, for a refusal, the reason the user is told.
 type reply struct {
 	Message *protocol.Message `json:"message,omitempty"`
 	Code    string            `json:"code,omitempty"`
+	Reason  string            `json:"reason,omitempty"`
 }
 
 // Reply codes.
 const (
 	codeNotMember   = "not_member"
 	codeUnavailable = "unavailable"
+	codeNotFound    = "not_found"
+	codeForbidden   = "forbidden"
+	codeLimit       = "limit"
 )
+
+// refusalCodes pairs the refusals of a change with their reply codes.
+var refusalCodes = []struct {
+	kind error
+	code string
+}{{ErrNotFound, codeNotFound}, {ErrForbidden, codeForbidden}, {ErrLimit, codeLimit}}
 
 // Sequencer sends messages to partition owners and, for the partitions this node owns, is the owner.
 type Sequencer struct {
@@ -142,8 +161,16 @@ func MessageSubject(prefix, conversationID string) string {
 	return prefix + ".conv." + conversationID + ".msg"
 }
 
+// ChangeSubject is where the owner publishes a conversation's message changes (JSON of Change).
+// It shares the conversation's subscription with MessageSubject, and the owner publishes both from
+// one connection, so a node hears a message before any change of it.
+func ChangeSubject(prefix, conversationID string) string {
+	return prefix + ".conv." + conversationID + ".chg"
+}
+
 // Send sequences and persists one message through the owner of its partition and returns it with
-// its seq. It retries while no owner answers, until ctx ends; the clientMsgId makes retries safe.
+// its seq; with req.Op it makes that change of a stored message and returns the message's new
+// state. It retries while no owner answers, until ctx ends; the clientMsgId makes retries safe.
 func (s *Sequencer) Send(ctx context.Context, req SendRequest) (protocol.Message, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -185,6 +212,11 @@ func (s *Sequencer) attempt(ctx, owner context.Context, subject string, data []b
 	var r reply
 	if err := json.Unmarshal(msg.Data, &r); err != nil {
 		return protocol.Message{}, fmt.Errorf("decode reply from %s: %w", subject, err)
+	}
+	for _, rc := range refusalCodes {
+		if r.Code == rc.code {
+			return protocol.Message{}, refuse(rc.kind, "%s", r.Reason)
+		}
 	}
 	switch {
 	case r.Code == codeNotMember:

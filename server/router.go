@@ -58,7 +58,7 @@ func (r *router) Closed(s *session.Session) { r.chat.Close(socket{s}) }
 // HandleFrame answers one client frame. Identity always comes from the session.
 func (r *router) HandleFrame(ctx context.Context, s *session.Session, f protocol.ClientFrame) error {
 	timeout := r.opTimeout
-	if f.Type == protocol.TypeSend {
+	if f.WritesMessage() {
 		timeout = r.sendTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -94,7 +94,7 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 		views, err := r.chat.ListConversations(ctx, uid)
 		return &protocol.ServerFrame{Type: protocol.TypeConversations, Conversations: views}, err
 	case protocol.TypeSync:
-		views, err := r.chat.Sync(ctx, socket{s}, f.Since)
+		views, err := r.chat.Sync(ctx, socket{s}, f.Since, f.Versions)
 		return &protocol.ServerFrame{Type: protocol.TypeSynced, Conversations: views}, err
 	case protocol.TypeHistory:
 		p, err := r.chat.History(ctx, uid, conv, chat.Anchor{Before: f.Before, After: f.After, Around: f.Around, Fraction: f.Fraction}, f.PageLimit())
@@ -118,6 +118,15 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 		return ok, r.chat.RemoveMember(ctx, uid, conv, uid)
 	case protocol.TypeDeleteMessage:
 		return ok, r.chat.DeleteMessage(ctx, uid, conv, f.Seq)
+	case protocol.TypeEditMessage:
+		return ok, r.chat.EditMessage(ctx, uid, conv, f.Seq, f.Body)
+	case protocol.TypeReact:
+		return ok, r.chat.React(ctx, uid, conv, f.Seq, f.Emoji, f.Remove)
+	case protocol.TypeReactions:
+		list, err := r.chat.Reactions(ctx, uid, conv, f.Seq)
+		return &protocol.ServerFrame{Type: protocol.TypeReactionList, ConversationID: conv, Seq: f.Seq, Reactions: list}, err
+	case protocol.TypeFocus:
+		return ok, r.chat.Focus(socket{s}, conv)
 	case protocol.TypeHideConversation:
 		return ok, r.chat.HideConversation(ctx, uid, conv)
 	case protocol.TypeBlockUser:
@@ -146,6 +155,7 @@ var wireCodes = []struct {
 	{chat.ErrNotFound, protocol.CodeNotFound, false},
 	{chat.ErrForbidden, protocol.CodeForbidden, false},
 	{chat.ErrInvalid, protocol.CodeInvalidField, false},
+	{chat.ErrLimit, protocol.CodeLimit, false},
 	{chat.ErrUnavailable, protocol.CodeUnavailable, true},
 	{chat.ErrTooManyConnections, protocol.CodeRateLimited, true},
 }

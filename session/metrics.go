@@ -27,14 +27,15 @@ var clientFrameTypes = []string{
 	protocol.TypeSync, protocol.TypeHistory, protocol.TypeRead, protocol.TypeReceipts, protocol.TypeTyping,
 	protocol.TypeDeleteMessage, protocol.TypeHideConversation, protocol.TypeAddMembers,
 	protocol.TypeRemoveMember, protocol.TypeLeave, protocol.TypeSetPrivacy, protocol.TypePing,
-	protocol.TypeBlockUser, protocol.TypeUnblockUser, protocol.TypeListBlocks,
+	protocol.TypeBlockUser, protocol.TypeUnblockUser, protocol.TypeListBlocks, protocol.TypeEditMessage,
+	protocol.TypeReact, protocol.TypeReactions, protocol.TypeFocus,
 }
 
 // errorCodes are the values of chatd_frames_refused_total's code label, besides labelOther: the
 // protocol's error codes. A code added to protocol is counted as other until it is added here.
 var errorCodes = []string{
 	protocol.CodeBadFrame, protocol.CodeUnknownType, protocol.CodeInvalidField, protocol.CodeTooLarge,
-	protocol.CodeNotMember, protocol.CodeNotFound, protocol.CodeForbidden, protocol.CodeRateLimited,
+	protocol.CodeNotMember, protocol.CodeNotFound, protocol.CodeForbidden, protocol.CodeLimit, protocol.CodeRateLimited,
 	protocol.CodeUnavailable, protocol.CodeInternal,
 }
 

@@ -71,7 +71,7 @@ func (s *Session) admit(connCtx, handlerCtx context.Context, h Handler, typ webs
 		s.replyInline(connCtx, protocol.ServerFrame{Type: protocol.TypePong, ID: f.ID})
 		return
 	}
-	if f.Type == protocol.TypeSend {
+	if f.WritesMessage() {
 		if retry, ok := take(s.user.sends, nil); !ok {
 			s.refuse(connCtx, f.ID, "too many sends; slow down", retry, &s.refused.sends)
 			return

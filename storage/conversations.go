@@ -24,6 +24,10 @@ type Conversation struct {
 	Name    string   `bson:"name,omitempty"`
 	Members []string `bson:"members"`
 	LastSeq int64    `bson:"lastSeq"`
+	// LastVersion is the highest change number (edits, reactions, deletions) the owner has
+	// handed out. The owner raises it before it writes the changed messages, so it is never
+	// below a stored message's version and a new owner continues after it.
+	LastVersion int64 `bson:"lastVersion,omitempty"`
 	// DeletedCount counts the tombstones in the conversation.
 	DeletedCount int64 `bson:"deletedCount"`
 	// DeletedSeqs are the seqs of those tombstones, each once, in the order they were made, so
@@ -85,20 +89,30 @@ func (s *Store) ConversationsOf(ctx context.Context, userID string) (_ []Convers
 	return out, nil
 }
 
-// AdvanceLastSeq raises each conversation's lastSeq to at least the given seq, in one bulk write.
-func (s *Store) AdvanceLastSeq(ctx context.Context, lastSeqs map[string]int64) (err error) {
-	defer s.metrics.observe(opAdvanceLastSeq, time.Now(), &err)
-	if len(lastSeqs) == 0 {
+// Counters are a conversation's lastSeq and lastVersion, as its owner advances them.
+type Counters struct {
+	LastSeq, LastVersion int64
+}
+
+// AdvanceCounters raises each conversation's lastSeq and lastVersion to at least the given
+// values, in one bulk write. A zero counter is left as it is.
+func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counters) (err error) {
+	defer s.metrics.observe(opAdvanceCounters, time.Now(), &err)
+	if len(counters) == 0 {
 		return nil
 	}
-	models := make([]mongo.WriteModel, 0, len(lastSeqs))
-	for id, seq := range lastSeqs {
+	models := make([]mongo.WriteModel, 0, len(counters))
+	for id, c := range counters {
+		raise := bson.D{{Key: "lastSeq", Value: c.LastSeq}}
+		if c.LastVersion > 0 {
+			raise = append(raise, bson.E{Key: "lastVersion", Value: c.LastVersion})
+		}
 		models = append(models, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: id}}).
-			SetUpdate(bson.D{{Key: "$max", Value: bson.D{{Key: "lastSeq", Value: seq}}}}))
+			SetUpdate(bson.D{{Key: "$max", Value: raise}}))
 	}
 	if err := bulkWrite(ctx, s.conversations, models, false); err != nil {
-		return fmt.Errorf("advance lastSeq of %d conversations: %w", len(models), err)
+		return fmt.Errorf("advance counters of %d conversations: %w", len(models), err)
 	}
 	return nil
 }

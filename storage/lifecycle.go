@@ -10,47 +10,19 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// tombstone is the update that turns a message into a tombstone: it keeps conversationId, seq,
-// createdAt and clientMsgId, so the sequence stays gapless and a retried send still dedupes.
-func tombstone(clearSender bool) bson.D {
-	set := bson.D{{Key: "kind", Value: KindDeleted}, {Key: "body", Value: ""}}
-	if clearSender {
-		set = append(set, bson.E{Key: "senderId", Value: ""})
+// deletedSenderTombstone is the update that turns a message of a deleted account into a
+// tombstone with no sender: it keeps conversationId, seq, createdAt and clientMsgId, so the
+// sequence stays gapless. Its version stays: the account's deletion is told to clients by the
+// system message that follows, not as a change (see docs/PROTOCOL.md).
+func deletedSenderTombstone() bson.D {
+	unset := bson.D{}
+	for _, f := range []string{"replyTo", "quote", "editedAt", "reactions"} {
+		unset = append(unset, bson.E{Key: f, Value: ""})
 	}
-	return bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "replyTo", Value: ""}}}}
-}
-
-// DeleteMessage tombstones one message of senderID ("delete for everyone") and records its seq
-// on the conversation (deletedSeqs, counted in deletedCount), so unread counts leave it out. It
-// returns ErrNotFound when the conversation has no such live message from that sender. The seq is
-// recorded before the message is tombstoned: a failure between the two leaves a live message, and
-// deleting it again finishes the job without counting it twice.
-func (s *Store) DeleteMessage(ctx context.Context, conversationID string, seq int64, senderID string) (err error) {
-	defer s.metrics.observe(opDeleteMessage, time.Now(), &err)
-	live := bson.D{
-		{Key: "conversationId", Value: conversationID},
-		{Key: "seq", Value: seq},
-		{Key: "senderId", Value: senderID},
-		{Key: "kind", Value: bson.D{{Key: "$ne", Value: KindDeleted}}},
+	return bson.D{
+		{Key: "$set", Value: bson.D{{Key: "kind", Value: KindDeleted}, {Key: "body", Value: ""}, {Key: "senderId", Value: ""}}},
+		{Key: "$unset", Value: unset},
 	}
-	seqs, err := s.seqsOf(ctx, live)
-	if err != nil {
-		return fmt.Errorf("find message %s/%d: %w", conversationID, seq, err)
-	}
-	if len(seqs) == 0 {
-		return ErrNotFound
-	}
-	if err := s.recordDeleted(ctx, conversationID, seqs); err != nil {
-		return err
-	}
-	res, err := s.messages.UpdateOne(ctx, live, tombstone(false))
-	if err != nil {
-		return fmt.Errorf("delete message %s/%d: %w", conversationID, seq, err)
-	}
-	if res.MatchedCount == 0 {
-		return ErrNotFound // deleted meanwhile, and recorded once by whoever did
-	}
-	return nil
 }
 
 // seqsOf returns the seqs of the messages filter matches.
@@ -72,10 +44,13 @@ func (s *Store) seqsOf(ctx context.Context, filter bson.D) ([]int64, error) {
 	return seqs, nil
 }
 
-// recordDeleted adds seqs to a conversation's deletedSeqs, counting each in deletedCount once:
+// RecordDeleted adds seqs to a conversation's deletedSeqs, counting each in deletedCount once:
 // every seq's update is guarded by its absence, so a repeat (a retried delete, a resumed account
-// deletion, two devices deleting at once) changes nothing.
-func (s *Store) recordDeleted(ctx context.Context, conversationID string, seqs []int64) error {
+// deletion, two devices deleting at once) changes nothing. Whoever tombstones a message records
+// its seq first: a failure between the two leaves a live message, and deleting it again finishes
+// the job without counting it twice.
+func (s *Store) RecordDeleted(ctx context.Context, conversationID string, seqs []int64) (err error) {
+	defer s.metrics.observe(opRecordDeleted, time.Now(), &err)
 	models := make([]mongo.WriteModel, len(seqs))
 	for i, seq := range seqs {
 		models[i] = mongo.NewUpdateOneModel().
@@ -147,11 +122,11 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 		if err != nil {
 			return out, fmt.Errorf("find messages of %s in %s: %w", userID, c.ID, err)
 		}
-		if err := s.recordDeleted(ctx, c.ID, seqs); err != nil {
+		if err := s.RecordDeleted(ctx, c.ID, seqs); err != nil {
 			return out, err
 		}
 		// Earlier tombstones of the user lose their sender too.
-		if _, err := s.messages.UpdateMany(ctx, mine, tombstone(true)); err != nil {
+		if _, err := s.messages.UpdateMany(ctx, mine, deletedSenderTombstone()); err != nil {
 			return out, fmt.Errorf("tombstone messages of %s in %s: %w", userID, c.ID, err)
 		}
 		if len(seqs) > 0 {
@@ -262,14 +237,14 @@ func (s *Store) backfillConversation(ctx context.Context, convID string, size in
 		if err := bulkWrite(ctx, s.messages, models, true); err != nil {
 			return fmt.Errorf("number %d messages of %s: %w", len(models), convID, err)
 		}
-		if err := s.AdvanceLastSeq(ctx, map[string]int64{convID: next}); err != nil {
+		if err := s.AdvanceCounters(ctx, map[string]Counters{convID: {LastSeq: next}}); err != nil {
 			return err
 		}
 		if progress != nil {
 			progress(BackfillProgress{ConversationID: convID, Numbered: next})
 		}
 	}
-	if err := s.AdvanceLastSeq(ctx, map[string]int64{convID: next}); err != nil {
+	if err := s.AdvanceCounters(ctx, map[string]Counters{convID: {LastSeq: next}}); err != nil {
 		return err
 	}
 	if progress != nil {

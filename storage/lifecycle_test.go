@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
 )
@@ -27,11 +23,10 @@ func deletedOf(t *testing.T, ctx context.Context, s *storage.Store, conv string)
 	return c.DeletedCount, seqs
 }
 
-// TestDeleteMessageRecordsTheSeqOnce: a delete for everyone records the seq on the conversation
-// and counts it, once however often it is asked; a conversation stored without the field (as
-// every one before it existed) takes it; someone else's message and a missing one are refused
-// and record nothing.
-func TestDeleteMessageRecordsTheSeqOnce(t *testing.T) {
+// TestRecordDeletedCountsEachSeqOnce: recording a tombstone's seq on its conversation counts it
+// once however often it is asked (a retried delete, two owners for a moment), including on a
+// conversation stored without the field, as every one before it existed.
+func TestRecordDeletedCountsEachSeqOnce(t *testing.T) {
 	cfg := testenv.StoreConfig(t)
 	s := testenv.OpenStore(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -43,60 +38,119 @@ func TestDeleteMessageRecordsTheSeqOnce(t *testing.T) {
 	if n, seqs := deletedOf(t, ctx, s, "dm"); n != 0 || seqs != nil {
 		t.Fatalf("a new conversation records %d tombstones %v", n, seqs)
 	}
-	bobs := msg("dm", 3)
-	bobs.SenderID = "bob"
-	if err := s.InsertMessages(ctx, []storage.Message{msg("dm", 1), msg("dm", 2), bobs, msg("dm", 4), msg("dm", 5)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.DeleteMessage(ctx, "dm", 4, "alice"); err != nil {
-		t.Fatalf("delete seq 4: %v", err)
-	}
-	for range 2 {
-		if err := s.DeleteMessage(ctx, "dm", 4, "alice"); !errors.Is(err, storage.ErrNotFound) {
-			t.Errorf("deleting a tombstone again: %v; want ErrNotFound", err)
+	for range 3 {
+		if err := s.RecordDeleted(ctx, "dm", []int64{4}); err != nil {
+			t.Fatalf("record seq 4: %v", err)
 		}
-	}
-	if err := s.DeleteMessage(ctx, "dm", 3, "alice"); !errors.Is(err, storage.ErrNotFound) {
-		t.Errorf("deleting bob's message as alice: %v; want ErrNotFound", err)
-	}
-	if err := s.DeleteMessage(ctx, "dm", 9, "alice"); !errors.Is(err, storage.ErrNotFound) {
-		t.Errorf("deleting a seq that does not exist: %v; want ErrNotFound", err)
 	}
 	if n, seqs := deletedOf(t, ctx, s, "dm"); n != 1 || !slices.Equal(seqs, []int64{4}) {
-		t.Errorf("after deleting seq 4 three times the DM records %d tombstones %v; want 1, [4]", n, seqs)
+		t.Errorf("after recording seq 4 three times the DM records %d tombstones %v; want 1, [4]", n, seqs)
 	}
-	if err := s.DeleteMessage(ctx, "dm", 1, "alice"); err != nil {
-		t.Fatalf("delete seq 1: %v", err)
+	if err := s.RecordDeleted(ctx, "dm", []int64{1, 4}); err != nil {
+		t.Fatalf("record seqs 1 and 4: %v", err)
 	}
 	if n, seqs := deletedOf(t, ctx, s, "dm"); n != 2 || !slices.Equal(seqs, []int64{1, 4}) {
-		t.Errorf("after deleting seqs 4 and 1 the DM records %d tombstones %v; want 2, [1 4]", n, seqs)
+		t.Errorf("after recording seqs 4 and 1 the DM records %d tombstones %v; want 2, [1 4]", n, seqs)
 	}
+}
 
-	// An earlier delete of seq 5 recorded it and failed before the tombstone was written: asking
-	// again writes the tombstone and counts nothing twice.
-	client, err := mongo.Connect(options.Client().ApplyURI(cfg.URI))
+// TestUpdateMessagesIsGuarded: a message's new state is written only over the version it was
+// changed from and never over a tombstone; a message never changed has no version field and is
+// matched as version 0; a tombstone loses its quote, reactions and edit time.
+func TestUpdateMessagesIsGuarded(t *testing.T) {
+	s := testenv.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reply := msg("c", 2)
+	reply.ReplyTo, reply.Quote = 1, &storage.Quote{SenderID: "alice", Body: "m"}
+	if err := s.InsertMessages(ctx, []storage.Message{msg("c", 1), reply, msg("c", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.MessageRange(ctx, "c", 1, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Disconnect(ctx)
-	if _, err := client.Database(cfg.Database).Collection("conversations").UpdateOne(ctx, bson.D{{Key: "_id", Value: "dm"}},
-		bson.D{{Key: "$push", Value: bson.D{{Key: "deletedSeqs", Value: 5}}}, {Key: "$inc", Value: bson.D{{Key: "deletedCount", Value: 1}}}}); err != nil {
-		t.Fatal(err)
+	edited, at := stored[1], time.Now().UTC().Truncate(time.Millisecond)
+	edited.Body, edited.EditedAt, edited.Version = "edited", &at, 1
+	edited.Reactions = []storage.Reaction{{Emoji: "👍", Users: []string{"bob", "carol"}}}
+	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: edited, PrevVersion: 0}}); err != nil {
+		t.Fatalf("first change of a message never changed: %v", err)
 	}
-	if err := s.DeleteMessage(ctx, "dm", 5, "alice"); err != nil {
-		t.Fatalf("delete seq 5 again after a failure: %v", err)
+	stale := edited
+	stale.Body, stale.Version = "from a stale owner", 2
+	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: stale, PrevVersion: 0}}); !errors.Is(err, storage.ErrConflict) {
+		t.Errorf("a change over a version that is gone: %v; want ErrConflict", err)
 	}
-	if n, seqs := deletedOf(t, ctx, s, "dm"); n != 3 || !slices.Equal(seqs, []int64{1, 4, 5}) {
-		t.Errorf("after the retried delete of seq 5 the DM records %d tombstones %v; want 3, [1 4 5]", n, seqs)
+	tomb := storage.Message{ConversationID: "c", Seq: 2, SenderID: "alice", Kind: storage.KindDeleted,
+		CreatedAt: edited.CreatedAt, ClientMsgID: edited.ClientMsgID, Version: 3}
+	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: tomb, PrevVersion: 1}}); err != nil {
+		t.Fatalf("tombstone: %v", err)
 	}
-	got, err := s.MessageRange(ctx, "dm", 1, 5)
+	again := tomb
+	again.Kind, again.Body, again.Version = storage.KindText, "revived", 4
+	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: again, PrevVersion: 3}}); !errors.Is(err, storage.ErrConflict) {
+		t.Errorf("a change of a tombstone: %v; want ErrConflict", err)
+	}
+	got, err := s.MessageRange(ctx, "c", 2, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range got {
-		if deleted := m.Seq != 2 && m.Seq != 3; deleted != (m.Kind == storage.KindDeleted) {
-			t.Errorf("seq %d is %q; want tombstones at 1, 4 and 5 only", m.Seq, m.Kind)
+	if m := got[0]; m.Kind != storage.KindDeleted || m.Body != "" || m.Version != 3 || m.Quote != nil || m.ReplyTo != 0 ||
+		m.Reactions != nil || m.EditedAt != nil || m.ClientMsgID != reply.ClientMsgID || m.SenderID != "alice" {
+		t.Errorf("the tombstone is %+v; want kind deleted, version 3, sender and clientMsgId kept, nothing else", m)
+	}
+}
+
+// TestChangedMessagesInVersionOrder: a reconnecting client's catch-up gets the messages changed
+// after its version, up to the seq it holds, in the order they changed, at most limit of them.
+func TestChangedMessagesInVersionOrder(t *testing.T) {
+	s := testenv.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var batch []storage.Message
+	for seq := int64(1); seq <= 6; seq++ {
+		batch = append(batch, msg("c", seq))
+	}
+	batch = append(batch, msg("other", 1))
+	if err := s.InsertMessages(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	// Seqs changed in the order 5, 2, 6, 3 (versions 1..4); the other conversation's too.
+	for i, seq := range []int64{5, 2, 6, 3} {
+		m := batch[seq-1]
+		m.Body, m.Version = "changed", int64(i+1)
+		if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: m}}); err != nil {
+			t.Fatal(err)
 		}
+	}
+	other := batch[6]
+	other.Version = 9
+	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: other}}); err != nil {
+		t.Fatal(err)
+	}
+	seqs := func(after, maxSeq int64, limit int) []int64 {
+		t.Helper()
+		got, err := s.ChangedMessages(ctx, "c", after, maxSeq, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, m := range got {
+			out = append(out, m.Seq)
+		}
+		return out
+	}
+	if got := seqs(0, 10, 10); !slices.Equal(got, []int64{5, 2, 6, 3}) {
+		t.Errorf("changed after version 0: seqs %v; want [5 2 6 3]", got)
+	}
+	if got := seqs(1, 5, 10); !slices.Equal(got, []int64{2, 3}) {
+		t.Errorf("changed after version 1 up to seq 5: seqs %v; want [2 3]", got)
+	}
+	if got := seqs(0, 10, 2); !slices.Equal(got, []int64{5, 2}) {
+		t.Errorf("the first 2 changed: seqs %v; want [5 2]", got)
+	}
+	if got := seqs(4, 10, 10); got != nil {
+		t.Errorf("changed after the last version: seqs %v; want none", got)
 	}
 }
 
@@ -126,7 +180,13 @@ func TestDeleteAccountRecordsItsTombstones(t *testing.T) {
 	if err := s.InsertMessages(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteMessage(ctx, "g", 3, "carol"); err != nil {
+	// Carol deleted seq 3 herself before (as the owner does it: record, then tombstone).
+	if err := s.RecordDeleted(ctx, "g", []int64{3}); err != nil {
+		t.Fatal(err)
+	}
+	own := batch[2]
+	own.Kind, own.Body, own.Version = storage.KindDeleted, "", 1
+	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: own}}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := s.DeleteAccount(ctx, "carol")

@@ -18,7 +18,9 @@ const (
 	KindSystem  = "system"
 )
 
-// Message is one stored message. Seq is gapless per conversation, starting at 1.
+// Message is one stored message. Seq is gapless per conversation, starting at 1. Its seq, sender,
+// creation time and clientMsgId never change; its text, reactions and kind (a tombstone) change
+// only through its conversation's owner, each change numbered by Version.
 type Message struct {
 	ConversationID string    `bson:"conversationId"`
 	Seq            int64     `bson:"seq"`
@@ -28,7 +30,40 @@ type Message struct {
 	CreatedAt      time.Time `bson:"createdAt"`
 	ClientMsgID    string    `bson:"clientMsgId"`
 	ReplyTo        int64     `bson:"replyTo,omitempty"`
+	// Quote is the start of the ReplyTo message when this one was sent.
+	Quote *Quote `bson:"quote,omitempty"`
+	// Version is the conversation's change number of the message's last change; 0 when never
+	// changed. The owner guards every change with it.
+	Version  int64      `bson:"version,omitempty"`
+	EditedAt *time.Time `bson:"editedAt,omitempty"`
+	// Reactions hold every member's reactions, per emoji in the order of first use; bounded by
+	// protocol.MaxReactionKinds emoji and protocol.MaxReactionsPerUser per member.
+	Reactions []Reaction `bson:"reactions,omitempty"`
 }
+
+// Quote is the start of a replied-to message, copied into the reply.
+type Quote struct {
+	SenderID string `bson:"senderId"`
+	Body     string `bson:"body,omitempty"`
+	Deleted  bool   `bson:"deleted,omitempty"`
+}
+
+// Reaction is one emoji on a message and the members who used it, in the order they did.
+type Reaction struct {
+	Emoji string   `bson:"emoji"`
+	Users []string `bson:"users"`
+}
+
+// MessageUpdate is a message's new state, written only if the stored one still has PrevVersion
+// and is not a tombstone: a writer that is no longer the owner, or a change made meanwhile, makes
+// it match nothing.
+type MessageUpdate struct {
+	Message     Message
+	PrevVersion int64
+}
+
+// ErrConflict means a guarded update matched nothing: another writer changed the message first.
+var ErrConflict = errors.New("message changed by another writer")
 
 // InsertMessages stores msgs in order with one insertMany. When a unique index refuses one of them
 // it returns a *DuplicateError: the messages before its Index were stored, the rest were not.
@@ -66,6 +101,88 @@ func (s *Store) MessageByClientID(ctx context.Context, conversationID, clientMsg
 		return Message{}, fmt.Errorf("find message %s in %s: %w", clientMsgID, conversationID, err)
 	}
 	return m, nil
+}
+
+// UpdateMessages writes the new states of changed messages (edits, reactions, tombstones) with
+// one bulk write of guarded updates. It returns ErrConflict when any of them matched nothing;
+// the others may have been written.
+func (s *Store) UpdateMessages(ctx context.Context, updates []MessageUpdate) (err error) {
+	defer s.metrics.observe(opUpdateMessages, time.Now(), &err)
+	if len(updates) == 0 {
+		return nil
+	}
+	models := make([]mongo.WriteModel, len(updates))
+	for i, u := range updates {
+		models[i] = mongo.NewUpdateOneModel().SetFilter(guardedMessage(u)).SetUpdate(messageState(u.Message))
+	}
+	matched, err := bulkWriteMatched(ctx, s.messages, models)
+	if err != nil {
+		return fmt.Errorf("update %d messages: %w", len(updates), err)
+	}
+	if matched < int64(len(updates)) {
+		return fmt.Errorf("update %d messages, %d matched: %w", len(updates), matched, ErrConflict)
+	}
+	return nil
+}
+
+// guardedMessage matches the message of u if it still has u's previous version and is not a
+// tombstone. A message never changed may have no version field at all.
+func guardedMessage(u MessageUpdate) bson.D {
+	version := any(u.PrevVersion)
+	if u.PrevVersion == 0 {
+		version = bson.D{{Key: "$in", Value: bson.A{nil, int64(0)}}}
+	}
+	return bson.D{
+		{Key: "conversationId", Value: u.Message.ConversationID},
+		{Key: "seq", Value: u.Message.Seq},
+		{Key: "version", Value: version},
+		{Key: "kind", Value: bson.D{{Key: "$ne", Value: KindDeleted}}},
+	}
+}
+
+// messageState is the update that gives a stored message m's changeable fields. A tombstone keeps
+// conversationId, seq, senderId, createdAt and clientMsgId (the sequence stays gapless and a
+// retried send still dedupes) and loses everything else.
+func messageState(m Message) bson.D {
+	set := bson.D{{Key: "kind", Value: m.Kind}, {Key: "body", Value: m.Body}, {Key: "version", Value: m.Version}}
+	var unset bson.D
+	keep := func(field string, value any, present bool) {
+		if present {
+			set = append(set, bson.E{Key: field, Value: value})
+		} else {
+			unset = append(unset, bson.E{Key: field, Value: ""})
+		}
+	}
+	keep("editedAt", m.EditedAt, m.EditedAt != nil)
+	keep("reactions", m.Reactions, len(m.Reactions) > 0)
+	keep("quote", m.Quote, m.Quote != nil)
+	keep("replyTo", m.ReplyTo, m.ReplyTo != 0)
+	update := bson.D{{Key: "$set", Value: set}}
+	if len(unset) > 0 {
+		update = append(update, bson.E{Key: "$unset", Value: unset})
+	}
+	return update
+}
+
+// ChangedMessages returns up to limit messages of a conversation changed after version
+// afterVersion, with seq at most maxSeq, in version order: what a reconnecting client that holds
+// the messages up to maxSeq has missed. One range scan on {conversationId, version}.
+func (s *Store) ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) (_ []Message, err error) {
+	defer s.metrics.observe(opChangedMessages, time.Now(), &err)
+	filter := bson.D{
+		{Key: "conversationId", Value: conversationID},
+		{Key: "version", Value: bson.D{{Key: "$gt", Value: afterVersion}}},
+		{Key: "seq", Value: bson.D{{Key: "$lte", Value: maxSeq}}},
+	}
+	cur, err := s.messages.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "version", Value: 1}}).SetLimit(int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("find messages of %s changed after %d: %w", conversationID, afterVersion, err)
+	}
+	var out []Message
+	if err := cur.All(ctx, &out); err != nil {
+		return nil, fmt.Errorf("read messages of %s changed after %d: %w", conversationID, afterVersion, err)
+	}
+	return out, nil
 }
 
 // HighestSeq returns the largest stored seq of a conversation, 0 when it has no messages.

@@ -20,11 +20,13 @@ const (
 	opHighestSeq          = op("highest_seq")
 	opMessageRange        = op("message_range")
 	opExplainMessageRange = op("explain_message_range")
-	opDeleteMessage       = op("delete_message")
+	opUpdateMessages      = op("update_messages")
+	opChangedMessages     = op("changed_messages")
+	opRecordDeleted       = op("record_deleted")
 	opEnsureConversation  = op("ensure_conversation")
 	opConversation        = op("conversation")
 	opConversationsOf     = op("conversations_of")
-	opAdvanceLastSeq      = op("advance_last_seq")
+	opAdvanceCounters     = op("advance_counters")
 	opAddMembers          = op("add_members")
 	opRemoveMember        = op("remove_member")
 	opHideConversation    = op("hide_conversation")
@@ -48,8 +50,8 @@ const (
 )
 
 var ops = []op{
-	opPing, opInsertMessages, opMessageByClientID, opHighestSeq, opMessageRange, opExplainMessageRange, opDeleteMessage,
-	opEnsureConversation, opConversation, opConversationsOf, opAdvanceLastSeq, opAddMembers, opRemoveMember,
+	opPing, opInsertMessages, opMessageByClientID, opHighestSeq, opMessageRange, opExplainMessageRange, opUpdateMessages,
+	opChangedMessages, opRecordDeleted, opEnsureConversation, opConversation, opConversationsOf, opAdvanceCounters, opAddMembers, opRemoveMember,
 	opHideConversation, opAdvanceCursors, opCursorsOf, opCountReaders, opReaders, opEnsureUser, opReviveUser,
 	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opBlock, opUnblock, opBlocksOf, opBlocked,
 	opBlockedWith, opDeleteAccount, opBackfill,

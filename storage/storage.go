@@ -156,6 +156,8 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		{s.messages, "conversation_seq", bson.D{{Key: "conversationId", Value: 1}, {Key: "seq", Value: 1}}, true},
 		// Idempotent sends: a retried clientMsgId cannot be stored twice.
 		{s.messages, "conversation_client_msg", bson.D{{Key: "conversationId", Value: 1}, {Key: "clientMsgId", Value: 1}}, true},
+		// A reconnecting client's catch-up on edits, reactions and deletions (ChangedMessages).
+		{s.messages, "conversation_version", bson.D{{Key: "conversationId", Value: 1}, {Key: "version", Value: 1}}, false},
 		{s.conversations, "members", bson.D{{Key: "members", Value: 1}}, false},
 		{s.cursors, "user_conversation", bson.D{{Key: "userId", Value: 1}, {Key: "conversationId", Value: 1}}, true},
 		// Receipts count the cursors of one conversation at or past a seq.
@@ -202,6 +204,20 @@ func bulkWrite(ctx context.Context, coll *mongo.Collection, models []mongo.Write
 		}
 	}
 	return nil
+}
+
+// bulkWriteMatched is bulkWrite, unordered, returning how many documents the models matched.
+func bulkWriteMatched(ctx context.Context, coll *mongo.Collection, models []mongo.WriteModel) (int64, error) {
+	var matched int64
+	for start := 0; start < len(models); start += maxWritesPerCommand {
+		end := min(start+maxWritesPerCommand, len(models))
+		res, err := coll.BulkWrite(ctx, models[start:end], options.BulkWrite().SetOrdered(false))
+		if err != nil {
+			return matched, err
+		}
+		matched += res.MatchedCount
+	}
+	return matched, nil
 }
 
 // onlyDuplicates reports whether every write error in err is a duplicate key.
