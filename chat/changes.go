@@ -53,11 +53,8 @@ func (s *Service) change(ctx context.Context, userID string, req sequencer.SendR
 	req.SenderID = userID
 	req.ClientMsgID = uuid.NewString() // a retry of this request to a busy owner is made once
 	m, err := s.seq.Send(ctx, req)
-	for _, kinds := range [][2]error{{sequencer.ErrNotFound, ErrNotFound}, {sequencer.ErrForbidden, ErrForbidden},
-		{sequencer.ErrLimit, ErrLimit}} {
-		if errors.Is(err, kinds[0]) {
-			return protocol.Message{}, refuse(kinds[1], "%s", err.Error())
-		}
+	if r := ownerRefusal(err); r != nil {
+		return protocol.Message{}, r
 	}
 	switch {
 	case errors.Is(err, sequencer.ErrNotMember):
@@ -69,6 +66,18 @@ func (s *Service) change(ctx context.Context, userID string, req sequencer.SendR
 		return protocol.Message{}, fmt.Errorf("%s message %s/%d: %w", req.Op, req.ConversationID, req.Seq, err)
 	}
 	return m, nil
+}
+
+// ownerRefusal is the refusal of a change or a reply by the conversation's owner as the service
+// reports it, with the owner's reason; nil when err is not one.
+func ownerRefusal(err error) error {
+	for _, kinds := range [][2]error{{sequencer.ErrNotFound, ErrNotFound}, {sequencer.ErrForbidden, ErrForbidden},
+		{sequencer.ErrLimit, ErrLimit}} {
+		if errors.Is(err, kinds[0]) {
+			return refuse(kinds[1], "%s", err.Error())
+		}
+	}
+	return nil
 }
 
 // Reactions lists who reacted to one message with what: the per-user lists that pages and

@@ -63,6 +63,9 @@ func (s *Service) send(ctx context.Context, userID string, req SendRequest) (pro
 		Body:           req.Body,
 		ReplyTo:        req.ReplyTo,
 	})
+	if r := ownerRefusal(err); r != nil { // a reply to a message that does not exist
+		return protocol.Message{}, r
+	}
 	switch {
 	case errors.Is(err, sequencer.ErrNotMember):
 		return protocol.Message{}, errNotMember

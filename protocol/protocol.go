@@ -232,4 +232,5 @@ type ServerFrame struct {
 	Kind      string     `json:"kind,omitempty"`
 	CreatedAt *time.Time `json:"createdAt,omitempty"`
 	ReplyTo   int64      `json:"replyTo,omitempty"`
+	Quote     *Quote     `json:"quote,omitempty"`
 }

@@ -1,0 +1,341 @@
+package node_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/testenv"
+)
+
+// The tests in this file pin down edits, reactions, replies and deletions as members see them:
+// live on another node, in history, after a reconnect, and refused with a clear code. Real nodes,
+// real NATS, the store over TCP, real WebSockets.
+
+// chFrame matches a frame of type typ about seq of conversation conv.
+func chFrame(typ, conv string, seq int64) func(protocol.ServerFrame) bool {
+	return func(f protocol.ServerFrame) bool { return f.Type == typ && f.ConversationID == conv && f.Seq == seq }
+}
+
+// chHas waits until in has a frame that matches.
+func chHas(t *testing.T, in *rtInbox, what string, match func(protocol.ServerFrame) bool) protocol.ServerFrame {
+	t.Helper()
+	in.waitFor(t, 10*time.Second, what, func(fs []protocol.ServerFrame) bool { return slices.ContainsFunc(fs, match) })
+	fs := in.snapshot()
+	return fs[slices.IndexFunc(fs, match)]
+}
+
+// chPage returns the messages of conv from..to as c's user sees them in history.
+func chPage(t *testing.T, in *rtInbox, conv string, from, to int64) map[int64]protocol.Message {
+	t.Helper()
+	after := from - 1
+	page, err := in.conn.Request(ctxT(t, 10*time.Second), protocol.ClientFrame{Type: protocol.TypeHistory,
+		ConversationID: conv, After: &after, Limit: int(to - from + 1)})
+	if err != nil {
+		t.Fatalf("%s: history of %s: %v", in.name, conv, err)
+	}
+	out := make(map[int64]protocol.Message)
+	for _, m := range page.Messages {
+		out[m.Seq] = m
+	}
+	return out
+}
+
+// TestChangesReachAMemberOnAnotherNode: alice (node A) edits her message, bob (node B) reacts to
+// it and replies to it quoting it, alice deletes it: each reaches the other node live with the
+// version it was given, history shows the result (the edit with its time, the reaction counted
+// with "me" for bob only, the reply's quote marked deleted), and changes of a deleted message
+// are refused.
+func TestChangesReachAMemberOnAnotherNode(t *testing.T) {
+	_, nodes := rtNodes(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	ctx := ctxT(t, time.Minute)
+	alice := rtWatch(t, "alice (node A)", connectReady(t, a, "alice"))
+	bob := rtWatch(t, "bob (node B)", dialWith(t, b, login(t, b, "bob"), nil))
+	dm, err := alice.conn.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	bob.waitFor(t, 10*time.Second, "the new DM", rtHasConversation(dm.ID))
+	if _, err := alice.conn.Send(ctx, dm.ID, "see you at 5"); err != nil {
+		t.Fatal(err)
+	}
+	chHas(t, bob, "message 1", chFrame(protocol.TypeMessage, dm.ID, 1))
+
+	if _, err := alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 1, Body: "see you at 6"}); err != nil {
+		t.Fatalf("edit: %v", err)
+	}
+	edited := chHas(t, bob, "the edit", chFrame(protocol.TypeEdited, dm.ID, 1))
+	if edited.Body != "see you at 6" || edited.Version != 1 || edited.UserID != "alice" || edited.EditedAt == nil {
+		t.Errorf("bob's edited frame: %+v; want body %q, version 1, by alice, with its time", edited, "see you at 6")
+	}
+	if _, err := bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: dm.ID, Seq: 1, Emoji: "👍"}); err != nil {
+		t.Fatalf("react: %v", err)
+	}
+	reaction := chHas(t, alice, "bob's reaction", chFrame(protocol.TypeReaction, dm.ID, 1))
+	if reaction.Emoji != "👍" || reaction.UserID != "bob" || reaction.Count == nil || *reaction.Count != 1 || reaction.Version != 2 || reaction.Remove {
+		t.Errorf("alice's reaction frame: %+v; want bob's 👍, count 1, version 2", reaction)
+	}
+	reply, err := bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSend, ConversationID: dm.ID,
+		ClientMsgID: "0d5c3c43-2a4b-4a8e-9d3e-6a1f1b2c3d4e", Body: "ok!", ReplyTo: 1})
+	if err != nil || reply.Seq != 2 {
+		t.Fatalf("reply: %+v, %v; want seq 2", reply, err)
+	}
+	pushed := chHas(t, alice, "bob's reply", chFrame(protocol.TypeMessage, dm.ID, 2))
+	if q := pushed.Quote; pushed.ReplyTo != 1 || q == nil || q.SenderID != "alice" || q.Body != "see you at 6" {
+		t.Errorf("alice's push of the reply: replyTo %d, quote %+v; want a quote of her edited message 1", pushed.ReplyTo, q)
+	}
+	for _, in := range []*rtInbox{alice, bob} {
+		page := chPage(t, in, dm.ID, 1, 2)
+		m1, m2 := page[1], page[2]
+		if m1.Body != "see you at 6" || m1.EditedAt == nil || m1.Version != 2 {
+			t.Errorf("%s: history has message 1 as %+v; want the edited text with its time, version 2", in.name, m1)
+		}
+		wantMe := in == bob
+		if len(m1.Reactions) != 1 || m1.Reactions[0].Emoji != "👍" || m1.Reactions[0].Count != 1 || m1.Reactions[0].Me != wantMe {
+			t.Errorf("%s: history has message 1's reactions %+v; want 👍 once, me %v", in.name, m1.Reactions, wantMe)
+		}
+		if q := m2.Quote; m2.ReplyTo != 1 || q == nil || q.SenderID != "alice" || q.Body != "see you at 6" || q.Deleted {
+			t.Errorf("%s: history has the reply as %+v (quote %+v); want replyTo 1 quoting alice's edited text", in.name, m2, q)
+		}
+	}
+
+	if _, err := alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: dm.ID, Seq: 1}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	deleted := chHas(t, bob, "the deletion", chFrame(protocol.TypeDeleted, dm.ID, 1))
+	if deleted.Version != 3 || deleted.UserID != "alice" {
+		t.Errorf("bob's deleted frame: %+v; want version 3, by alice", deleted)
+	}
+	page := chPage(t, bob, dm.ID, 1, 2)
+	if m1 := page[1]; m1.Kind != protocol.KindDeleted || m1.Body != "" || m1.Reactions != nil || m1.EditedAt != nil {
+		t.Errorf("history has the deleted message as %+v; want a bare tombstone", m1)
+	}
+	if q := page[2].Quote; q == nil || !q.Deleted || q.Body != "" || q.SenderID != "alice" {
+		t.Errorf("history has the reply's quote as %+v; want alice's message shown as deleted, no text", q)
+	}
+	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 1, Body: "back"})
+	wantCode(t, "an edit after the delete", err, protocol.CodeForbidden)
+	_, err = bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: dm.ID, Seq: 1, Emoji: "😮"})
+	wantCode(t, "a reaction to a deleted message", err, protocol.CodeForbidden)
+	_, err = bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 2, Body: "x"})
+	if err != nil {
+		t.Errorf("bob editing his own reply: %v", err)
+	}
+	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 2, Body: "x"})
+	wantCode(t, "alice editing bob's message", err, protocol.CodeForbidden)
+	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 9, Body: "x"})
+	wantCode(t, "an edit of a seq that does not exist", err, protocol.CodeNotFound)
+	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSend, ConversationID: dm.ID,
+		ClientMsgID: "6a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c1d", Body: "?", ReplyTo: 9})
+	wantCode(t, "a reply to a seq that does not exist", err, protocol.CodeNotFound)
+}
+
+// TestOfflineMemberCatchesUpOnChanges: bob holds messages 1-4 and goes offline; meanwhile alice
+// edits 1, reacts to 2, deletes 3, and sends 5. Bob reconnects and syncs with the seq and the
+// version he holds: he gets message 5, then one changes frame with 1, 2 and 3 as they are now, in
+// the order they changed, and the synced list gives the conversation's version.
+func TestOfflineMemberCatchesUpOnChanges(t *testing.T) {
+	_, nodes := rtNodes(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	ctx := ctxT(t, time.Minute)
+	alice := connectReady(t, a, "alice")
+	bobToken := login(t, b, "bob")
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	for i := 1; i <= 4; i++ {
+		if _, err := alice.Send(ctx, dm.ID, fmt.Sprintf("message %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []protocol.ClientFrame{
+		{Type: protocol.TypeReact, ConversationID: dm.ID, Seq: 4, Emoji: "🎉"}, // before bob goes: he holds version 1
+		{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 1, Body: "message 1, edited"},
+		{Type: protocol.TypeReact, ConversationID: dm.ID, Seq: 2, Emoji: "❤️"},
+		{Type: protocol.TypeDeleteMessage, ConversationID: dm.ID, Seq: 3},
+	} {
+		if _, err := alice.Request(ctx, f); err != nil {
+			t.Fatalf("%s of %d: %v", f.Type, f.Seq, err)
+		}
+	}
+	if _, err := alice.Send(ctx, dm.ID, "message 5"); err != nil {
+		t.Fatal(err)
+	}
+
+	bob := rtWatch(t, "bob, reconnected (node B)", dialWith(t, b, bobToken, nil))
+	synced, err := bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSync,
+		Since: map[string]int64{dm.ID: 4}, Versions: map[string]int64{dm.ID: 1}})
+	if err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	bob.barrier(t)
+	frames := bob.snapshot()
+	if got := rtMessages(frames, dm.ID); len(got) != 1 || got[0].Seq != 5 {
+		t.Errorf("the sync replayed %s; want message 5 only", bob.summary(got))
+	}
+	changes := rtOf(frames, func(f protocol.ServerFrame) bool { return f.Type == protocol.TypeChanges })
+	if len(changes) != 1 {
+		t.Fatalf("bob got %d changes frames; want one", len(changes))
+	}
+	ch := changes[0]
+	var seqs []int64
+	for _, m := range ch.Messages {
+		seqs = append(seqs, m.Seq)
+	}
+	if ch.ConversationID != dm.ID || !slices.Equal(seqs, []int64{1, 2, 3}) || ch.Version != 4 || ch.HasMore {
+		t.Fatalf("bob's changes frame: conversation %s, seqs %v, version %d, hasMore %v; want %s, [1 2 3], 4, false",
+			ch.ConversationID, seqs, ch.Version, ch.HasMore, dm.ID)
+	}
+	if m := ch.Messages[0]; m.Body != "message 1, edited" || m.EditedAt == nil || m.Version != 2 {
+		t.Errorf("message 1 caught up as %+v; want the edited text", m)
+	}
+	if m := ch.Messages[1]; len(m.Reactions) != 1 || m.Reactions[0].Emoji != "❤️" || m.Reactions[0].Count != 1 || m.Reactions[0].Me {
+		t.Errorf("message 2 caught up with reactions %+v; want alice's ❤️ (not bob's)", m.Reactions)
+	}
+	if m := ch.Messages[2]; m.Kind != protocol.KindDeleted || m.Body != "" {
+		t.Errorf("message 3 caught up as %+v; want a tombstone", m)
+	}
+	i := slices.IndexFunc(synced.Conversations, func(c protocol.Conversation) bool { return c.ID == dm.ID })
+	if i < 0 || synced.Conversations[i].Version != 4 {
+		t.Errorf("synced lists the DM as %+v; want version 4", synced.Conversations)
+	}
+	if i >= 0 && synced.Conversations[i].Unread != 4 {
+		// 5 messages, none read by bob, seq 3 deleted for everyone.
+		t.Errorf("synced says %d unread; want 4 (5 messages, one deleted)", synced.Conversations[i].Unread)
+	}
+}
+
+// TestReactionLimits: a message takes at most 20 different emoji and a member at most 10 on one
+// message; past either the reaction is refused with limit_exceeded and the socket stays open.
+// Repeating a reaction, or taking away one that is not there, changes nothing and is ok.
+func TestReactionLimits(t *testing.T) {
+	_, nodes := rtNodes(t, 1, nil)
+	n := nodes[0]
+	ctx := ctxT(t, time.Minute)
+	alice, bob, carol := connectReady(t, n, "alice"), connectReady(t, n, "bob"), connectReady(t, n, "carol")
+	group, err := alice.CreateGroup(ctx, "team", []string{"bob", "carol"})
+	if err != nil {
+		t.Fatalf("create group: %v", err)
+	}
+	m, err := alice.Send(ctx, group.ID, "react to this")
+	if err != nil {
+		t.Fatal(err)
+	}
+	react := func(c *client.Conn, emoji string, remove bool) error {
+		_, err := c.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: group.ID, Seq: m.Seq, Emoji: emoji, Remove: remove})
+		return err
+	}
+	for i := range protocol.MaxReactionsPerUser {
+		if err := react(alice, fmt.Sprintf("a%d", i), false); err != nil {
+			t.Fatalf("alice's reaction %d: %v", i+1, err)
+		}
+	}
+	wantCode(t, "alice's 11th reaction on one message", react(alice, "a-too-many", false), protocol.CodeLimit)
+	if err := react(alice, "a0", false); err != nil {
+		t.Errorf("repeating a reaction: %v; want ok", err)
+	}
+	if err := react(alice, "never-added", true); err != nil {
+		t.Errorf("taking away a reaction that is not there: %v; want ok", err)
+	}
+	// Bob brings the message to 19 emoji, then uses one of alice's: his 10th, no new kind.
+	for i := range protocol.MaxReactionKinds - protocol.MaxReactionsPerUser - 1 {
+		if err := react(bob, fmt.Sprintf("b%d", i), false); err != nil {
+			t.Fatalf("bob's reaction %d: %v", i+1, err)
+		}
+	}
+	if err := react(bob, "a0", false); err != nil {
+		t.Errorf("bob joining alice's emoji (no new kind): %v; want ok", err)
+	}
+	if err := react(carol, "c0", false); err != nil {
+		t.Errorf("carol's reaction, the 20th emoji: %v; want ok", err)
+	}
+	wantCode(t, "a 21st different emoji", react(carol, "c1", false), protocol.CodeLimit)
+	_, err = bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: group.ID, Seq: m.Seq, Emoji: "two words"})
+	wantCode(t, "an emoji with a space", err, protocol.CodeInvalidField)
+	list, err := bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReactions, ConversationID: group.ID, Seq: m.Seq})
+	if err != nil {
+		t.Fatalf("reactions: %v", err)
+	}
+	if len(list.Reactions) != protocol.MaxReactionKinds || list.Reactions[0].Emoji != "a0" ||
+		!slices.Equal(list.Reactions[0].UserIDs, []string{"alice", "bob"}) || !list.Reactions[0].Me || list.Reactions[0].Count != 2 {
+		t.Errorf("reaction_list has %d emoji, the first %+v; want 20, a0 by alice then bob, bob's own", len(list.Reactions), list.Reactions[0])
+	}
+	if _, err := carol.Request(ctx, protocol.ClientFrame{Type: protocol.TypePing}); err != nil {
+		t.Errorf("carol's socket after the refusal: %v; want it open", err)
+	}
+}
+
+// TestLargeGroupReactionCostsTwoWritesAndReachesOnlyFocusedSockets: in a 5,000-member group a
+// reaction is two store writes (the message, and the conversation's version counter), whatever the
+// group's size, and is pushed only to the sockets that have the group in focus: bob, who shows
+// it, gets it; carol, connected but showing something else, gets nothing for it, though she gets
+// the edit that follows it (edits reach every member).
+func TestLargeGroupReactionCostsTwoWritesAndReachesOnlyFocusedSockets(t *testing.T) {
+	const members = 5000
+	storeCfg := testenv.StoreConfig(t)
+	store := testenv.OpenStore(t, storeCfg)
+	env := testenv.Env{NATSURL: testenv.NATS(t), MongoURI: storeCfg.URI, Database: storeCfg.Database}
+	rec := &testenv.CommandRecorder{}
+	cfg := env.NodeConfig()
+	cfg.Sequencer.Partitions = rtPartitions
+	cfg.ReadWindow = time.Minute // no cursor flush among the writes counted
+	cfg.StoreMonitor = rec.Monitor()
+	n := testenv.StartNode(t, cfg)
+	ctx := ctxT(t, 2*time.Minute)
+
+	ids := []string{"alice", "bob", "carol"}
+	tokens := make(map[string]string)
+	for _, id := range ids {
+		tokens[id] = login(t, n, id)
+	}
+	for i := len(ids); i < members; i++ {
+		ids = append(ids, fmt.Sprintf("member-%04d", i))
+	}
+	group := storage.Conversation{ID: "big-group", Kind: storage.KindGroup, Name: "everyone", Members: ids,
+		CreatedBy: "alice", CreatedAt: time.Now().UTC()}
+	if _, err := store.EnsureConversation(ctx, group); err != nil {
+		t.Fatalf("store the group: %v", err)
+	}
+	alice := dialWith(t, n, tokens["alice"], nil)
+	bob := rtWatch(t, "bob (group in focus)", dialWith(t, n, tokens["bob"], nil))
+	carol := rtWatch(t, "carol (group not in focus)", dialWith(t, n, tokens["carol"], nil))
+	if _, err := bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeFocus, ConversationID: group.ID}); err != nil {
+		t.Fatalf("bob's focus: %v", err)
+	}
+	m, err := alice.Send(ctx, group.ID, "who is in?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chHas(t, carol, "the message", chFrame(protocol.TypeMessage, group.ID, m.Seq))
+
+	rec.Reset()
+	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: group.ID, Seq: m.Seq, Emoji: "✋"}); err != nil {
+		t.Fatalf("react: %v", err)
+	}
+	var writes []string
+	for _, c := range rec.Commands("", "") {
+		switch c.Name {
+		case "insert", "update", "delete", "findAndModify":
+			writes = append(writes, c.Name+" "+c.Collection)
+		}
+	}
+	if !slices.Equal(writes, []string{"update conversations", "update messages"}) {
+		t.Errorf("a reaction in a %d-member group wrote %v; want one update of the conversation, then one of the message", members, writes)
+	}
+	chHas(t, bob, "alice's reaction", chFrame(protocol.TypeReaction, group.ID, m.Seq))
+	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: group.ID, Seq: m.Seq, Body: "who is in tonight?"}); err != nil {
+		t.Fatalf("edit: %v", err)
+	}
+	// The edit was published after the reaction on the same ordered subject: once carol has it,
+	// a reaction pushed to her would have come before it.
+	chHas(t, carol, "the edit", chFrame(protocol.TypeEdited, group.ID, m.Seq))
+	if got := rtOf(carol.snapshot(), chFrame(protocol.TypeReaction, group.ID, m.Seq)); len(got) > 0 {
+		t.Errorf("carol, who does not show the group, got %d reaction frames; want none", len(got))
+	}
+}
