@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/chatd/chatd/protocol"
 )
@@ -42,6 +43,14 @@ func TestDecodeAcceptsEveryFrameType(t *testing.T) {
 		`{"type":"block_user","id":"r15","userId":"bob"}`,
 		`{"type":"unblock_user","id":"r16","userId":"bob"}`,
 		`{"type":"list_blocks","id":"r17"}`,
+		`{"type":"edit_message","id":"r18","conversationId":"c1","seq":4,"body":"new text"}`,
+		`{"type":"react","id":"r19","conversationId":"c1","seq":4,"emoji":"👍"}`,
+		`{"type":"react","id":"r19","conversationId":"c1","seq":4,"emoji":"👨‍👩‍👧‍👦","remove":true}`,
+		`{"type":"react","id":"r19","conversationId":"c1","seq":4,"emoji":":thumbsup:"}`,
+		`{"type":"reactions","id":"r20","conversationId":"c1","seq":4}`,
+		`{"type":"focus","id":"r21","conversationId":"c1"}`,
+		`{"type":"focus","id":"r21"}`,
+		`{"type":"sync","id":"r5","since":{"c1":12},"versions":{"c1":3}}`,
 		" \n\t{\"type\":\"list_conversations\"}\n", // surrounding whitespace is not an error
 		`{"type":"send","conversationId":"c1","clientMsgId":"` + testUUID + `","body":"` + strings.Repeat("x", protocol.MaxBodyBytes) + `"}`,
 	} {
@@ -139,6 +148,18 @@ func TestDecodeRefuses(t *testing.T) {
 		{"too many members", `{"type":"create_group","id":"g1","members":[` + strings.Repeat(`"m",`, protocol.MaxGroupMembers) + `"m"]}`, invalid, "g1"},
 		{"no members to add", `{"type":"add_members","id":"a1","conversationId":"c1","members":[]}`, invalid, "a1"},
 		{"hideReceipts missing", `{"type":"set_privacy","id":"p1"}`, invalid, "p1"},
+		{"negative version", `{"type":"sync","id":"y1","versions":{"c1":-1}}`, invalid, "y1"},
+		{"version key no id", `{"type":"sync","id":"y1","versions":{"c.1":1}}`, invalid, "y1"},
+		{"edit without seq", `{"type":"edit_message","id":"e1","conversationId":"c1","body":"b"}`, invalid, "e1"},
+		{"edit with an empty body", `{"type":"edit_message","id":"e1","conversationId":"c1","seq":1,"body":""}`, invalid, "e1"},
+		{"edit too large", `{"type":"edit_message","id":"e1","conversationId":"c1","seq":1,"body":"` + strings.Repeat("x", protocol.MaxBodyBytes+1) + `"}`, tooBig, "e1"},
+		{"react without emoji", `{"type":"react","id":"e2","conversationId":"c1","seq":1}`, invalid, "e2"},
+		{"react with a space", `{"type":"react","id":"e2","conversationId":"c1","seq":1,"emoji":"a b"}`, invalid, "e2"},
+		{"react with a control character", `{"type":"react","id":"e2","conversationId":"c1","seq":1,"emoji":"a\u0007"}`, invalid, "e2"},
+		{"react with a long emoji", `{"type":"react","id":"e2","conversationId":"c1","seq":1,"emoji":"` + strings.Repeat("x", protocol.MaxEmojiBytes+1) + `"}`, invalid, "e2"},
+		{"remove is a string", `{"type":"react","id":"e2","conversationId":"c1","seq":1,"emoji":"x","remove":"yes"}`, invalid, "e2"},
+		{"reactions without conversation", `{"type":"reactions","id":"e3","seq":1}`, invalid, "e3"},
+		{"focus on a malformed id", `{"type":"focus","id":"f1","conversationId":"c 1"}`, invalid, "f1"},
 		// Missing ids.
 		{"send without conversation", send(`"clientMsgId":"` + testUUID + `","body":"b"`), invalid, "s1"},
 		{"send without clientMsgId", send(`"conversationId":"c1","body":"b"`), invalid, "s1"},
@@ -229,4 +250,20 @@ func head(s string) string {
 		return s[:60] + "..."
 	}
 	return s
+}
+
+// TestQuoteOf: a quote is the body when short, else its start cut at a character boundary and
+// marked with an ellipsis, never longer than QuoteBytes.
+func TestQuoteOf(t *testing.T) {
+	if got := protocol.QuoteOf("short"); got != "short" {
+		t.Errorf("QuoteOf(short) = %q", got)
+	}
+	for _, body := range []string{strings.Repeat("x", 1000), strings.Repeat("é", 300), strings.Repeat("😀", 100)} {
+		got := protocol.QuoteOf(body)
+		if len(got) > protocol.QuoteBytes || !strings.HasSuffix(got, "…") || !utf8.ValidString(got) ||
+			!strings.HasPrefix(body, strings.TrimSuffix(got, "…")) {
+			t.Errorf("QuoteOf(%d bytes of %q) = %d bytes %q...; want a valid prefix of at most %d bytes ending in …",
+				len(body), body[:4], len(got), got[:8], protocol.QuoteBytes)
+		}
+	}
 }
