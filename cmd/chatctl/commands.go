@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -125,6 +126,7 @@ func title(conv protocol.Conversation, me string) string {
 func runSend(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("send")
 	retries := fs.Int("retries", defaultRetries, "repeat a retryable failure this many times, with the same clientMsgId")
+	replyTo := fs.Int64("reply", 0, "the seq of the message this one answers")
 	pos, err := c.parse(fs, args, 1, -1)
 	if err != nil {
 		return err
@@ -141,7 +143,8 @@ func runSend(ctx context.Context, c *cli, args []string) error {
 	if body == "" {
 		return usagef("the message is empty")
 	}
-	ack, err := c.sendWithRetries(ctx, convID, uuid.NewString(), body, *retries)
+	ack, err := c.sendWithRetries(ctx, protocol.ClientFrame{Type: protocol.TypeSend, ConversationID: convID,
+		ClientMsgID: uuid.NewString(), Body: body, ReplyTo: *replyTo}, *retries)
 	if err != nil {
 		return err
 	}
@@ -160,7 +163,7 @@ func runSend(ctx context.Context, c *cli, args []string) error {
 // sendWithRetries sends once and repeats retryable failures with the same clientMsgId, so the
 // message is stored at most once whatever happened to the earlier attempts. A lost connection is
 // dialed again.
-func (c *cli) sendWithRetries(ctx context.Context, convID, clientMsgID, body string, retries int) (protocol.ServerFrame, error) {
+func (c *cli) sendWithRetries(ctx context.Context, send protocol.ClientFrame, retries int) (protocol.ServerFrame, error) {
 	backoff := 250 * time.Millisecond
 	var s *session
 	defer func() {
@@ -176,7 +179,7 @@ func (c *cli) sendWithRetries(ctx context.Context, convID, clientMsgID, body str
 		if err == nil {
 			rctx, cancel := c.requestContext(ctx)
 			var ack protocol.ServerFrame
-			ack, err = s.conn.SendWithID(rctx, convID, clientMsgID, body)
+			ack, err = s.conn.Request(rctx, send)
 			cancel()
 			if err == nil {
 				return ack, nil
@@ -199,6 +202,94 @@ func (c *cli) sendWithRetries(ctx context.Context, convID, clientMsgID, body str
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+func runEdit(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("edit")
+	pos, err := c.parse(fs, args, 3, -1)
+	if err != nil {
+		return err
+	}
+	seq, err := parseSeq(pos[1])
+	if err != nil {
+		return err
+	}
+	return c.change(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: pos[0], Seq: seq,
+		Body: strings.Join(pos[2:], " ")})
+}
+
+func runDelete(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("delete")
+	pos, err := c.parse(fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	seq, err := parseSeq(pos[1])
+	if err != nil {
+		return err
+	}
+	return c.change(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: pos[0], Seq: seq})
+}
+
+func runReact(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("react")
+	remove := fs.Bool("remove", false, "take the reaction away")
+	pos, err := c.parse(fs, args, 3, 3)
+	if err != nil {
+		return err
+	}
+	seq, err := parseSeq(pos[1])
+	if err != nil {
+		return err
+	}
+	return c.change(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: pos[0], Seq: seq,
+		Emoji: pos[2], Remove: *remove})
+}
+
+// change sends one change of a message and waits for its ok; it prints nothing on success.
+func (c *cli) change(ctx context.Context, f protocol.ClientFrame) error {
+	return c.withSession(ctx, func(ctx context.Context, s *session) error {
+		_, err := s.conn.Request(ctx, f)
+		return err
+	})
+}
+
+func runReactions(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("reactions")
+	pos, err := c.parse(fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	seq, err := parseSeq(pos[1])
+	if err != nil {
+		return err
+	}
+	return c.withSession(ctx, func(ctx context.Context, s *session) error {
+		r, err := s.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReactions, ConversationID: pos[0], Seq: seq})
+		if err != nil {
+			return err
+		}
+		if c.json {
+			list := r.Reactions
+			if list == nil {
+				list = []protocol.Reaction{}
+			}
+			return c.printJSON(list)
+		}
+		for _, re := range r.Reactions {
+			fmt.Fprintf(c.stdout, "%s %d %s\n", re.Emoji, re.Count, strings.Join(re.UserIDs, ", "))
+		}
+		return nil
+	})
+}
+
+// parseSeq reads a message's seq from the command line.
+func parseSeq(arg string) (int64, error) {
+	seq, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil || seq < 1 {
+		return 0, usagef("%q is not a seq (a whole number from 1)", arg)
+	}
+	return seq, nil
 }
 
 func runHistory(ctx context.Context, c *cli, args []string) error {
@@ -272,20 +363,59 @@ func (c *cli) withSession(ctx context.Context, fn func(ctx context.Context, s *s
 	return fn(ctx, s)
 }
 
-// printMessage prints one message: a JSON line, or "#seq time sender: body".
+// printMessage prints one message: a JSON line, or "#seq time sender: body", with what answers
+// ("> sender: quote" before it), "(edited)" and the reactions after it.
 func (c *cli) printMessage(m protocol.Message) {
 	if c.json {
 		_ = c.printJSON(m) // stdout gone: the next write fails the same way, nothing to add
 		return
 	}
 	at := m.CreatedAt.Local().Format(time.DateTime)
+	if q := m.Quote; q != nil {
+		text := q.Body
+		if q.Deleted {
+			text = "(deleted)"
+		}
+		fmt.Fprintf(c.stdout, "  > #%d %s: %s\n", m.ReplyTo, q.SenderID, text)
+	}
 	switch m.Kind {
 	case protocol.KindDeleted:
 		fmt.Fprintf(c.stdout, "#%d %s %s: (deleted)\n", m.Seq, at, m.SenderID)
 	case protocol.KindSystem:
 		fmt.Fprintf(c.stdout, "#%d %s * %s\n", m.Seq, at, m.Body)
 	default:
-		fmt.Fprintf(c.stdout, "#%d %s %s: %s\n", m.Seq, at, m.SenderID, m.Body)
+		var extra strings.Builder
+		if m.EditedAt != nil {
+			extra.WriteString(" (edited)")
+		}
+		for _, r := range m.Reactions {
+			fmt.Fprintf(&extra, " [%s %d]", r.Emoji, r.Count)
+		}
+		fmt.Fprintf(c.stdout, "#%d %s %s: %s%s\n", m.Seq, at, m.SenderID, m.Body, extra.String())
+	}
+}
+
+// printChange prints a change pushed while tailing: a JSON line of the frame, or one line saying
+// what changed.
+func (c *cli) printChange(f protocol.ServerFrame) {
+	if c.json {
+		_ = c.printJSON(f) // stdout gone: the next write fails the same way, nothing to add
+		return
+	}
+	switch f.Type {
+	case protocol.TypeEdited:
+		fmt.Fprintf(c.stdout, "#%d edited by %s: %s\n", f.Seq, f.UserID, f.Body)
+	case protocol.TypeDeleted:
+		fmt.Fprintf(c.stdout, "#%d deleted by %s\n", f.Seq, f.UserID)
+	case protocol.TypeReaction:
+		verb, count := "reacted", int64(0)
+		if f.Remove {
+			verb = "took back"
+		}
+		if f.Count != nil {
+			count = *f.Count
+		}
+		fmt.Fprintf(c.stdout, "#%d %s %s %s (%d now)\n", f.Seq, f.UserID, verb, f.Emoji, count)
 	}
 }
 
@@ -304,7 +434,7 @@ func (c *cli) printJSON(v any) error {
 // messageOf is a pushed message frame as a Message.
 func messageOf(f protocol.ServerFrame) protocol.Message {
 	m := protocol.Message{ConversationID: f.ConversationID, Seq: f.Seq, SenderID: f.SenderID, Kind: f.Kind,
-		Body: f.Body, ClientMsgID: f.ClientMsgID, ReplyTo: f.ReplyTo}
+		Body: f.Body, ClientMsgID: f.ClientMsgID, ReplyTo: f.ReplyTo, Quote: f.Quote}
 	if f.CreatedAt != nil {
 		m.CreatedAt = *f.CreatedAt
 	}

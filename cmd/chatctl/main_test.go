@@ -112,6 +112,46 @@ func TestLoginDMSendHistoryList(t *testing.T) {
 	}
 }
 
+// TestEditReactReplyDelete: a reply with -reply shows the quote, an edit and a reaction show in
+// history, reactions lists who reacted, a deleted message shows as deleted (and so does the
+// reply's quote of it), and editing someone else's message fails with status 1.
+func TestEditReactReplyDelete(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	alice, bob := newUser(t, n.URL()), newUser(t, n.URL())
+	alice.must("login", "alice")
+	bob.must("login", "bob")
+	dm := alice.must("dm", "bob")
+	alice.must("send", dm, "lunch?")
+	if seq := bob.must("send", "-reply", "1", dm, "yes"); seq != "2" {
+		t.Fatalf("the reply acked seq %q, want 2", seq)
+	}
+	alice.must("edit", dm, "1", "lunch at noon?")
+	bob.must("react", dm, "1", "👍")
+	alice.must("react", dm, "1", "👍")
+	alice.must("react", "-remove", dm, "1", "👍")
+
+	history := bob.must("history", dm)
+	for _, want := range []string{"alice: lunch at noon? (edited) [👍 1]", "> #1 alice: lunch?", "bob: yes"} {
+		if !strings.Contains(history, want) {
+			t.Errorf("history lacks %q:\n%s", want, history)
+		}
+	}
+	if got := alice.must("reactions", dm, "1"); got != "👍 1 bob" {
+		t.Errorf("reactions of message 1: %q; want %q", got, "👍 1 bob")
+	}
+	alice.must("delete", dm, "1")
+	history = bob.must("history", dm)
+	if !strings.Contains(history, "alice: (deleted)") || !strings.Contains(history, "> #1 alice: (deleted)") {
+		t.Errorf("after the delete, history shows:\n%s\nwant the message and the reply's quote as deleted", history)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, errOut, code := alice.run(ctx, "", "edit", dm, "2", "not mine"); code != exitFailure || !strings.Contains(errOut, "forbidden") {
+		t.Errorf("editing bob's message: exit %d, stderr %q; want 1 and forbidden", code, errOut)
+	}
+}
+
 func TestErrorsGoToStderrWithStatus(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())

@@ -81,8 +81,13 @@ func (t *tailer) run(ctx context.Context) error {
 	}
 }
 
-// follow catches up on one connection and then prints pushes until the connection ends.
+// follow catches up on one connection and then prints pushes (messages, and changes of the
+// messages printed) until the connection ends.
 func (t *tailer) follow(ctx context.Context, s *session, first bool) error {
+	// Shown on screen: a large group's reactions come to sockets that focus it.
+	if _, err := t.request(ctx, s, protocol.ClientFrame{Type: protocol.TypeFocus, ConversationID: t.convID}); err != nil {
+		return err
+	}
 	var target int64
 	if first {
 		page, err := t.request(ctx, s, protocol.ClientFrame{Type: protocol.TypeHistory, ConversationID: t.convID, Limit: 1})
@@ -153,6 +158,11 @@ func (t *tailer) handle(ctx context.Context, s *session, f protocol.ServerFrame)
 	switch f.Type {
 	case protocol.TypeRemoved:
 		return &protocol.Error{Code: protocol.CodeNotMember, Message: "you were removed from this conversation"}
+	case protocol.TypeEdited, protocol.TypeDeleted, protocol.TypeReaction:
+		if f.Seq <= t.last { // a change of a message printed; one not printed yet shows as it is
+			t.c.printChange(f)
+		}
+		return nil
 	case protocol.TypeMessage:
 	default:
 		return nil
