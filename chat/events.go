@@ -12,9 +12,10 @@ import (
 
 // conversationEvent is what nodes publish on a conversation's event subject.
 type conversationEvent struct {
-	Type    string `json:"type"` // receipt, typing or tombstoned
-	UserID  string `json:"userId"`
-	ReadSeq int64  `json:"readSeq,omitempty"`
+	Type         string `json:"type"` // receipt, delivered, typing or tombstoned
+	UserID       string `json:"userId"`
+	ReadSeq      int64  `json:"readSeq,omitempty"`
+	DeliveredSeq int64  `json:"deliveredSeq,omitempty"`
 	Seq     int64  `json:"seq,omitempty"`
 	// Seqs are the messages a tombstoned event made tombstones.
 	Seqs []int64 `json:"seqs,omitempty"`
@@ -111,10 +112,10 @@ func (s *Service) ownMessage(senderID, convID string, seq int64) {
 	}
 }
 
-// HandleConversationEvent delivers a receipt or typing event to the local members, and learns
-// the tombstones of an account deletion. Receipts only move forward; typing and receipts are
-// ephemeral; a user's own typing and receipts are not news to them. (Deletions of one message are
-// changes: see HandleChange.)
+// HandleConversationEvent delivers a receipt, delivered or typing event to the local members, and
+// learns the tombstones of an account deletion. Receipts and delivered positions only move
+// forward; all three are ephemeral and not news to the user they are about. (Deletions of one
+// message are changes: see HandleChange.)
 func (s *Service) HandleConversationEvent(convID string, data []byte) {
 	var ev conversationEvent
 	if err := json.Unmarshal(data, &ev); err != nil {
@@ -126,7 +127,7 @@ func (s *Service) HandleConversationEvent(convID string, data []byte) {
 		return
 	}
 	frame, err := protocol.Encode(protocol.ServerFrame{Type: ev.Type, ConversationID: convID, UserID: ev.UserID,
-		ReadSeq: ev.ReadSeq, Seq: ev.Seq})
+		ReadSeq: ev.ReadSeq, DeliveredSeq: ev.DeliveredSeq, Seq: ev.Seq})
 	if err != nil {
 		s.log.Error().Err(err).Msg("encode conversation event")
 		return
@@ -134,6 +135,8 @@ func (s *Service) HandleConversationEvent(convID string, data []byte) {
 	switch ev.Type {
 	case protocol.TypeReceipt:
 		s.engine.EphemeralToConversation(convID, ev.UserID, "receipt:"+convID+":"+ev.UserID, ev.ReadSeq, frame)
+	case protocol.TypeDelivered:
+		s.engine.EphemeralToConversation(convID, ev.UserID, "delivered:"+convID+":"+ev.UserID, ev.DeliveredSeq, frame)
 	case protocol.TypeTyping:
 		s.engine.EphemeralToConversation(convID, ev.UserID, "typing:"+convID+":"+ev.UserID, 0, frame)
 	}

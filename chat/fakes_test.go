@@ -199,6 +199,18 @@ func (f *fakeStore) CountReaders(_ context.Context, conversationID string, seq i
 	return int64(len(f.readersLocked(conversationID, seq, senderID))), nil
 }
 
+func (f *fakeStore) CountDelivered(_ context.Context, conversationID string, seq int64, senderID string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var n int64
+	for k, c := range f.cursors {
+		if k.conv == conversationID && k.user != senderID && max(c.DeliveredSeq, c.ReadSeq) >= seq {
+			n++
+		}
+	}
+	return n, nil
+}
+
 func (f *fakeStore) Readers(_ context.Context, conversationID string, seq int64, senderID string, limit int64) ([]storage.Cursor, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -522,6 +534,7 @@ func (f *fakeStore) advanceCursors(batch []storage.Cursor) {
 		k := cursorKey{cur.UserID, cur.ConversationID}
 		if c, ok := f.cursors[k]; ok {
 			c.ReadSeq, c.Hidden, c.UpdatedAt = max(c.ReadSeq, cur.ReadSeq), cur.Hidden, cur.UpdatedAt
+			c.DeliveredSeq = max(c.DeliveredSeq, cur.DeliveredSeq, cur.ReadSeq)
 			f.cursors[k] = c
 		}
 	}
@@ -659,8 +672,8 @@ func (r *fakeReads) Advance(cur storage.Cursor) {
 	defer r.mu.Unlock()
 	r.advances = append(r.advances, cur)
 	k := cursorKey{cur.UserID, cur.ConversationID}
-	if old, ok := r.pending[k]; ok && old.ReadSeq >= cur.ReadSeq {
-		return
+	if old, ok := r.pending[k]; ok {
+		cur.ReadSeq, cur.DeliveredSeq = max(cur.ReadSeq, old.ReadSeq), max(cur.DeliveredSeq, old.DeliveredSeq)
 	}
 	r.pending[k] = cur
 }

@@ -384,20 +384,51 @@ func (s *Service) Read(ctx context.Context, userID, convID string, seq int64) er
 	return nil
 }
 
+// Delivered records that a device of userID received the conversation's messages up to seq
+// (clamped to the last seq). The position only moves forward, is written with the read cursor,
+// and in DMs and small groups the other members get a delivered frame: the sender's "delivered"
+// tick. Hiding receipts does not hide it. Nothing else is sent, not even to the user's own devices.
+func (s *Service) Delivered(userID, convID string, seq int64) error {
+	u := s.online(userID)
+	if u == nil {
+		return errNotMember
+	}
+	u.mu.Lock()
+	p, ok := u.positions[convID]
+	if !ok {
+		u.mu.Unlock()
+		return errNotMember
+	}
+	seq = min(seq, s.lastSeq(convID, *p))
+	if seq <= max(p.deliveredSeq, p.readSeq) {
+		u.mu.Unlock()
+		return nil
+	}
+	p.deliveredSeq = seq
+	live, hidden := s.liveReceipts(*p), u.hideReceipts
+	u.mu.Unlock()
+	s.reads.Advance(storage.Cursor{UserID: userID, ConversationID: convID, DeliveredSeq: seq, Hidden: hidden, UpdatedAt: now()})
+	if live {
+		s.publishConversation(convID, conversationEvent{Type: protocol.TypeDelivered, UserID: userID, DeliveredSeq: seq})
+	}
+	return nil
+}
+
 // liveReceipts reports whether cursor moves in a conversation are pushed to its members: DMs and
 // small groups only.
 func (s *Service) liveReceipts(p position) bool {
 	return p.kind == storage.KindDM || p.members <= s.cfg.LiveReceiptsMaxMembers
 }
 
-// Receipts is "read by N" for one message; small conversations also say who.
+// Receipts is "delivered to N, read by M" for one message; small conversations also say who read.
 type Receipts struct {
-	ReadBy  int64
-	Readers []protocol.Reader
+	DeliveredTo int64
+	ReadBy      int64
+	Readers     []protocol.Reader
 }
 
-// Receipts counts on demand from the cursors who has read message seq, excluding its sender and
-// users who hide their receipts. The conversation's pending cursor moves are written first;
+// Receipts counts on demand from the cursors who has received message seq (on any device) and who
+// has read it, excluding its sender, and for reads the users who hide their receipts. The conversation's pending cursor moves are written first;
 // nobody else's.
 func (s *Service) Receipts(ctx context.Context, userID, convID string, seq int64) (Receipts, error) {
 	p, err := s.positionOf(userID, convID)
@@ -419,7 +450,11 @@ func (s *Service) Receipts(ctx context.Context, userID, convID string, seq int64
 	if err != nil {
 		return Receipts{}, fmt.Errorf("count readers of %s/%d: %w", convID, seq, err)
 	}
-	out := Receipts{ReadBy: n}
+	delivered, err := s.store.CountDelivered(ctx, convID, seq, sender)
+	if err != nil {
+		return Receipts{}, fmt.Errorf("count deliveries of %s/%d: %w", convID, seq, err)
+	}
+	out := Receipts{DeliveredTo: delivered, ReadBy: n}
 	if s.liveReceipts(p) {
 		readers, err := s.store.Readers(ctx, convID, seq, sender, int64(s.cfg.LiveReceiptsMaxMembers))
 		if err != nil {

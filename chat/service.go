@@ -63,6 +63,7 @@ type Store interface {
 	MessageRange(ctx context.Context, conversationID string, from, to int64) ([]storage.Message, error)
 	CursorsOf(ctx context.Context, userID string) ([]storage.Cursor, error)
 	CountReaders(ctx context.Context, conversationID string, seq int64, senderID string) (int64, error)
+	CountDelivered(ctx context.Context, conversationID string, seq int64, senderID string) (int64, error)
 	Readers(ctx context.Context, conversationID string, seq int64, senderID string, limit int64) ([]storage.Cursor, error)
 	User(ctx context.Context, id string) (storage.User, error)
 	MissingUsers(ctx context.Context, ids []string) ([]string, error)
@@ -178,6 +179,8 @@ type position struct {
 	members   int // for the live-receipts decision
 	loadedSeq int64
 	readSeq   int64
+	// deliveredSeq is how far the user's devices have said they received (see Delivered).
+	deliveredSeq int64
 	hiddenSeq int64 // the user deleted the conversation for themselves at this seq
 	// peer is the other member of a DM; block caches whether a block stands between them.
 	peer  string
@@ -299,7 +302,8 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 		}
 		cur := cursors[conv.ID]
 		u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
-			readSeq: min(cur.ReadSeq, conv.LastSeq), hiddenSeq: cur.HiddenSeq, peer: dmPeer(conv.Kind, conv.Members, uid)}
+			readSeq: min(cur.ReadSeq, conv.LastSeq), deliveredSeq: min(max(cur.DeliveredSeq, cur.ReadSeq), conv.LastSeq),
+			hiddenSeq: cur.HiddenSeq, peer: dmPeer(conv.Kind, conv.Members, uid)}
 		s.engine.Join(uid, conv.ID, conv.LastSeq)
 		s.learnDeleted(conv.ID, conv.DeletedSeqs) // after the join, so no forget undoes it
 	}
@@ -344,10 +348,10 @@ func (s *Service) cursorsOf(ctx context.Context, userID string) (map[string]stor
 		out[c.ConversationID] = c
 	}
 	for _, p := range s.reads.Pending(userID) {
-		if cur := out[p.ConversationID]; p.ReadSeq > cur.ReadSeq {
-			cur.UserID, cur.ConversationID, cur.ReadSeq = p.UserID, p.ConversationID, p.ReadSeq
-			out[p.ConversationID] = cur
-		}
+		cur := out[p.ConversationID]
+		cur.UserID, cur.ConversationID = p.UserID, p.ConversationID
+		cur.ReadSeq, cur.DeliveredSeq = max(cur.ReadSeq, p.ReadSeq), max(cur.DeliveredSeq, p.DeliveredSeq)
+		out[p.ConversationID] = cur
 	}
 	return out, nil
 }

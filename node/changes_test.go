@@ -339,3 +339,68 @@ func TestLargeGroupReactionCostsTwoWritesAndReachesOnlyFocusedSockets(t *testing
 		t.Errorf("carol, who does not show the group, got %d reaction frames; want none", len(got))
 	}
 }
+
+// TestDeliveredThenReadTicks: in a DM, alice (node A) sees her message delivered when bob's
+// device on node B says it received it, then read when he reads it, in that order; receipts
+// counted on demand say the same; a repeated delivered report sends nothing.
+func TestDeliveredThenReadTicks(t *testing.T) {
+	_, nodes := rtNodes(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	ctx := ctxT(t, time.Minute)
+	alice := rtWatch(t, "alice (node A)", connectReady(t, a, "alice"))
+	bob := rtWatch(t, "bob (node B)", dialWith(t, b, login(t, b, "bob"), nil))
+	dm, err := alice.conn.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	bob.waitFor(t, 10*time.Second, "the new DM", rtHasConversation(dm.ID))
+	if _, err := alice.conn.Send(ctx, dm.ID, "are you there?"); err != nil {
+		t.Fatal(err)
+	}
+	chHas(t, bob, "the message", chFrame(protocol.TypeMessage, dm.ID, 1))
+	// Receipts are counted from the store, where bob's node writes his positions within its read
+	// window: poll until they say what is expected.
+	ticks := func(when string, delivered, read int64) {
+		t.Helper()
+		testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+			r, err := alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReceipts, ConversationID: dm.ID, Seq: 1})
+			if err != nil || r.DeliveredTo == nil || r.ReadBy == nil {
+				return fmt.Errorf("receipts: %+v, %v", r, err)
+			}
+			if *r.DeliveredTo != delivered || *r.ReadBy != read {
+				return fmt.Errorf("%s: delivered to %d, read by %d; want %d, %d", when, *r.DeliveredTo, *r.ReadBy, delivered, read)
+			}
+			return nil
+		})
+	}
+	ticks("before bob's device reports", 0, 0)
+	for range 2 { // the second report is a repeat
+		if err := bob.conn.Post(ctx, protocol.ClientFrame{Type: protocol.TypeDelivered, ConversationID: dm.ID, Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	isDelivered := func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeDelivered && f.ConversationID == dm.ID && f.UserID == "bob" && f.DeliveredSeq == 1
+	}
+	chHas(t, alice, "bob's delivered", isDelivered)
+	ticks("after bob's device reports", 1, 0)
+	if err := bob.conn.Post(ctx, protocol.ClientFrame{Type: protocol.TypeRead, ConversationID: dm.ID, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	isReceipt := func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeReceipt && f.ConversationID == dm.ID && f.UserID == "bob" && f.ReadSeq == 1
+	}
+	chHas(t, alice, "bob's read receipt", isReceipt)
+	ticks("after bob reads", 1, 1)
+	alice.barrier(t)
+	frames := alice.snapshot()
+	if n := len(rtOf(frames, isDelivered)); n != 1 {
+		t.Errorf("alice got %d delivered frames for bob's two reports; want 1", n)
+	}
+	if slices.IndexFunc(frames, isDelivered) > slices.IndexFunc(frames, isReceipt) {
+		t.Errorf("alice saw the read tick before the delivered one")
+	}
+	if got := rtOf(bob.snapshot(), func(f protocol.ServerFrame) bool { return f.Type == protocol.TypeDelivered }); len(got) > 0 {
+		t.Errorf("bob got %d delivered frames about himself; want none", len(got))
+	}
+}

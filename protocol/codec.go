@@ -191,7 +191,7 @@ func (f *ClientFrame) Validate() error {
 		return validPositions("versions", f.Versions)
 	case TypeHistory:
 		return f.validateHistory()
-	case TypeRead, TypeReceipts, TypeDeleteMessage, TypeReactions:
+	case TypeRead, TypeDelivered, TypeReceipts, TypeDeleteMessage, TypeReactions:
 		return requireMessage(f)
 	case TypeSetPrivacy:
 		if f.HideReceipts == nil {

@@ -31,6 +31,8 @@ const (
 	TypeReact             = "react"
 	TypeReactions         = "reactions"
 	TypeFocus             = "focus"
+	// TypeDelivered is also a server frame: how far another member's devices have received.
+	TypeDelivered = "delivered"
 )
 
 // Server frame types: what the server sends. Replies carry the request's id.
@@ -208,9 +210,14 @@ type ServerFrame struct {
 	Total  *int64 `json:"total,omitempty"`
 	Unread *int64 `json:"unread,omitempty"`
 
-	// Receipt counts.
-	ReadBy  *int64   `json:"readBy,omitempty"`
-	Readers []Reader `json:"readers,omitempty"`
+	// Delivered frames: how far a member's devices have received.
+	DeliveredSeq int64 `json:"deliveredSeq,omitempty"`
+
+	// Receipt counts: DeliveredTo counts the members who received the message, ReadBy those who
+	// read it.
+	DeliveredTo *int64   `json:"deliveredTo,omitempty"`
+	ReadBy      *int64   `json:"readBy,omitempty"`
+	Readers     []Reader `json:"readers,omitempty"`
 
 	// UserIDs lists the users the caller blocks (blocks frames), sorted; omitted when none.
 	UserIDs []string `json:"userIds,omitempty"`

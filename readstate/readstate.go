@@ -1,4 +1,4 @@
-// Package readstate coalesces read-cursor moves. A client may report its read position many times
+// Package readstate coalesces read-cursor moves (and delivered-cursor moves, kept beside them). A client may report its read position many times
 // a second while scrolling; the coalescer keeps only the highest position per (user, conversation)
 // in memory and writes what changed to the store as one bulk of $max updates per window, and at
 // once when asked: one user's moves when their last connection closes, one conversation's before
@@ -83,8 +83,8 @@ func New(store Store, cfg Config, log zerolog.Logger) *Coalescer {
 	return c
 }
 
-// Advance records that a user has read up to cur.ReadSeq; a lower value than one already pending
-// is ignored, so cursors only move forward.
+// Advance records that a user has read up to cur.ReadSeq, or received up to cur.DeliveredSeq; a
+// value not above one already pending is ignored, so cursors only move forward.
 func (c *Coalescer) Advance(cur storage.Cursor) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -94,11 +94,15 @@ func (c *Coalescer) Advance(cur storage.Cursor) {
 }
 
 // advance is Advance with c.mu held; it reports whether cur was taken, rather than dropped behind
-// a move already pending.
+// a move already pending. A move of one position keeps the other's pending move.
 func (c *Coalescer) advance(cur storage.Cursor) bool {
 	k := key{cur.UserID, cur.ConversationID}
-	if old, ok := c.pending[k]; ok && old.ReadSeq >= cur.ReadSeq {
+	old, ok := c.pending[k]
+	if ok && old.ReadSeq >= cur.ReadSeq && old.DeliveredSeq >= cur.DeliveredSeq {
 		return false
+	}
+	if ok {
+		cur.ReadSeq, cur.DeliveredSeq = max(cur.ReadSeq, old.ReadSeq), max(cur.DeliveredSeq, old.DeliveredSeq)
 	}
 	c.pending[k] = cur
 	return true

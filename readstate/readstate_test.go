@@ -196,6 +196,20 @@ func TestAdvanceCoalescesToHighestSeq(t *testing.T) {
 	}
 }
 
+// TestReadAndDeliveredMovesKeepEachOther: a delivered move after a read move (and the other way
+// round) keeps the pending value of both, each at its highest.
+func TestReadAndDeliveredMovesKeepEachOther(t *testing.T) {
+	c := newCoalescer(t, &fakeStore{}, noWindow)
+	c.Advance(storage.Cursor{UserID: "alice", ConversationID: "c1", ReadSeq: 5})
+	c.Advance(storage.Cursor{UserID: "alice", ConversationID: "c1", DeliveredSeq: 9})
+	c.Advance(storage.Cursor{UserID: "alice", ConversationID: "c1", ReadSeq: 3, DeliveredSeq: 7}) // late: changes nothing
+	c.Advance(storage.Cursor{UserID: "alice", ConversationID: "c1", ReadSeq: 6})
+	got := c.Pending("alice")
+	if len(got) != 1 || got[0].ReadSeq != 6 || got[0].DeliveredSeq != 9 {
+		t.Fatalf("Pending(alice) = %+v; want one cursor read 6, delivered 9", got)
+	}
+}
+
 func TestFlushOneUserOrConversation(t *testing.T) {
 	all := []storage.Cursor{cursor("alice", "c1", 3), cursor("alice", "c2", 4), cursor("bob", "c1", 5), cursor("bob", "c2", 6)}
 	for _, tc := range []struct {

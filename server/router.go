@@ -102,10 +102,12 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 			FirstSeq: p.FirstSeq, LastSeq: p.LastSeq, HasBefore: p.HasBefore, HasAfter: p.HasAfter}, err
 	case protocol.TypeRead:
 		return nil, r.chat.Read(ctx, uid, conv, f.Seq)
+	case protocol.TypeDelivered:
+		return nil, r.chat.Delivered(uid, conv, f.Seq)
 	case protocol.TypeReceipts:
 		rc, err := r.chat.Receipts(ctx, uid, conv, f.Seq)
 		return &protocol.ServerFrame{Type: protocol.TypeReceiptCount, ConversationID: conv, Seq: f.Seq,
-			ReadBy: &rc.ReadBy, Readers: rc.Readers}, err
+			DeliveredTo: &rc.DeliveredTo, ReadBy: &rc.ReadBy, Readers: rc.Readers}, err
 	case protocol.TypeTyping:
 		return nil, r.chat.Typing(uid, conv)
 	case protocol.TypeSetPrivacy:

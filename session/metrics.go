@@ -28,7 +28,7 @@ var clientFrameTypes = []string{
 	protocol.TypeDeleteMessage, protocol.TypeHideConversation, protocol.TypeAddMembers,
 	protocol.TypeRemoveMember, protocol.TypeLeave, protocol.TypeSetPrivacy, protocol.TypePing,
 	protocol.TypeBlockUser, protocol.TypeUnblockUser, protocol.TypeListBlocks, protocol.TypeEditMessage,
-	protocol.TypeReact, protocol.TypeReactions, protocol.TypeFocus,
+	protocol.TypeReact, protocol.TypeReactions, protocol.TypeFocus, protocol.TypeDelivered,
 }
 
 // errorCodes are the values of chatd_frames_refused_total's code label, besides labelOther: the

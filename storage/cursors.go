@@ -13,11 +13,13 @@ import (
 // Cursor is one user's read position in one conversation. It only moves forward. Hidden mirrors
 // the user's HideReceipts so receipt counts need no join. HiddenSeq is where the user deleted the
 // conversation for themselves: it is out of their list, and their history starts after it, until a
-// newer message arrives.
+// newer message arrives. DeliveredSeq is the highest seq any of the user's devices has said it
+// received; a read seq counts as delivered too.
 type Cursor struct {
 	UserID         string    `bson:"userId"`
 	ConversationID string    `bson:"conversationId"`
 	ReadSeq        int64     `bson:"readSeq"`
+	DeliveredSeq   int64     `bson:"deliveredSeq,omitempty"`
 	HiddenSeq      int64     `bson:"hiddenSeq,omitempty"`
 	Hidden         bool      `bson:"hidden"`
 	UpdatedAt      time.Time `bson:"updatedAt"`
@@ -52,9 +54,9 @@ func (s *Store) createCursors(ctx context.Context, conversationID string, member
 	return nil
 }
 
-// AdvanceCursors raises each cursor to at least its ReadSeq with one unordered bulk of $max
-// updates, so out-of-order reports never move a cursor back. Cursors of users who are no longer
-// members do not exist and are not recreated.
+// AdvanceCursors raises each cursor to at least its ReadSeq and DeliveredSeq with one unordered
+// bulk of $max updates, so out-of-order reports never move a cursor back. Cursors of users who are
+// no longer members do not exist and are not recreated.
 func (s *Store) AdvanceCursors(ctx context.Context, cursors []Cursor) (err error) {
 	defer s.metrics.observe(opAdvanceCursors, time.Now(), &err)
 	if len(cursors) == 0 {
@@ -65,7 +67,7 @@ func (s *Store) AdvanceCursors(ctx context.Context, cursors []Cursor) (err error
 		models = append(models, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: cursorID(c.UserID, c.ConversationID)}}).
 			SetUpdate(bson.D{
-				{Key: "$max", Value: bson.D{{Key: "readSeq", Value: c.ReadSeq}}},
+				{Key: "$max", Value: bson.D{{Key: "readSeq", Value: c.ReadSeq}, {Key: "deliveredSeq", Value: max(c.DeliveredSeq, c.ReadSeq)}}},
 				{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: c.UpdatedAt}, {Key: "hidden", Value: c.Hidden}}},
 			}))
 	}
@@ -105,6 +107,24 @@ func (s *Store) CountReaders(ctx context.Context, conversationID string, seq int
 	n, err := s.cursors.CountDocuments(ctx, readersFilter(conversationID, seq, senderID))
 	if err != nil {
 		return 0, fmt.Errorf("count readers of %s/%d: %w", conversationID, seq, err)
+	}
+	return n, nil
+}
+
+// CountDelivered counts the members other than senderID who have received seq on some device:
+// said so (deliveredSeq), or read it. Hiding receipts does not hide this, as in the messengers
+// people know: a sender may always see that a message arrived.
+func (s *Store) CountDelivered(ctx context.Context, conversationID string, seq int64, senderID string) (_ int64, err error) {
+	defer s.metrics.observe(opCountDelivered, time.Now(), &err)
+	atLeast := bson.D{{Key: "$gte", Value: seq}}
+	n, err := s.cursors.CountDocuments(ctx, bson.D{
+		{Key: "conversationId", Value: conversationID},
+		{Key: "userId", Value: bson.D{{Key: "$ne", Value: senderID}}},
+		// Cursors written before deliveredSeq existed have only readSeq.
+		{Key: "$or", Value: bson.A{bson.D{{Key: "deliveredSeq", Value: atLeast}}, bson.D{{Key: "readSeq", Value: atLeast}}}},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count deliveries of %s/%d: %w", conversationID, seq, err)
 	}
 	return n, nil
 }

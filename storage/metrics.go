@@ -33,6 +33,7 @@ const (
 	opAdvanceCursors      = op("advance_cursors")
 	opCursorsOf           = op("cursors_of")
 	opCountReaders        = op("count_readers")
+	opCountDelivered      = op("count_delivered")
 	opReaders             = op("readers")
 	opEnsureUser          = op("ensure_user")
 	opReviveUser          = op("revive_user")
@@ -52,7 +53,7 @@ const (
 var ops = []op{
 	opPing, opInsertMessages, opMessageByClientID, opHighestSeq, opMessageRange, opExplainMessageRange, opUpdateMessages,
 	opChangedMessages, opRecordDeleted, opEnsureConversation, opConversation, opConversationsOf, opAdvanceCounters, opAddMembers, opRemoveMember,
-	opHideConversation, opAdvanceCursors, opCursorsOf, opCountReaders, opReaders, opEnsureUser, opReviveUser,
+	opHideConversation, opAdvanceCursors, opCursorsOf, opCountReaders, opCountDelivered, opReaders, opEnsureUser, opReviveUser,
 	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opBlock, opUnblock, opBlocksOf, opBlocked,
 	opBlockedWith, opDeleteAccount, opBackfill,
 }
