@@ -47,6 +47,11 @@ type Config struct {
 	// once on the node (see DefaultMaxConcurrentSyncReads); history, sends and the rest are not
 	// counted.
 	MaxConcurrentSyncReads int
+	// NodeID names this node where presence records which nodes hold a user's connections.
+	NodeID string
+	// Nodes tells which other nodes live, so connections on a dead node do not count as online;
+	// nil counts this node only (a single node).
+	Nodes Nodes
 	// Metrics, if set, records sends, history pages and resyncs; nil records nothing.
 	Metrics *Metrics
 }

@@ -16,7 +16,7 @@ type conversationEvent struct {
 	UserID       string `json:"userId"`
 	ReadSeq      int64  `json:"readSeq,omitempty"`
 	DeliveredSeq int64  `json:"deliveredSeq,omitempty"`
-	Seq     int64  `json:"seq,omitempty"`
+	Seq          int64  `json:"seq,omitempty"`
 	// Seqs are the messages a tombstoned event made tombstones.
 	Seqs []int64 `json:"seqs,omitempty"`
 }
@@ -35,7 +35,7 @@ const maxTombstonedSeqs = 10000
 // nothing), so the node that made a change may apply it at once and its own echo is a no-op: one
 // change, one frame per device.
 type userEvent struct {
-	Type         string                 `json:"type"` // joined, left, cursor, hidden, deleted or blocks
+	Type         string                 `json:"type"` // joined, left, cursor, hidden, deleted, blocks or presence
 	Conversation *protocol.Conversation `json:"conversation,omitempty"`
 	ConvID       string                 `json:"conversationId,omitempty"`
 	ReadSeq      int64                  `json:"readSeq,omitempty"`
@@ -44,6 +44,9 @@ type userEvent struct {
 	// DeletedSeqs are the seqs of Conversation deleted for everyone (joined events), so the
 	// joiner's node counts unread without them.
 	DeletedSeqs []int64 `json:"deletedSeqs,omitempty"`
+	// Online and LastSeen are Peer's presence (presence events).
+	Online   bool       `json:"online,omitempty"`
+	LastSeen *time.Time `json:"lastSeen,omitempty"`
 }
 
 // User event types.
@@ -56,6 +59,8 @@ const (
 	// userBlocks says a block between the user and Peer was made or undone, in either direction:
 	// the node forgets the block state it cached for their DM and reads it again on the next send.
 	userBlocks = "blocks"
+	// userPresence says Peer came online or went offline (see presence.go).
+	userPresence = "presence"
 )
 
 func (s *Service) publishUser(userID string, ev userEvent) {
@@ -168,6 +173,8 @@ func (s *Service) HandleUserEvent(userID string, data []byte) {
 		s.applyRevoke(userID)
 	case userBlocks:
 		s.forgetBlock(userID, ev.Peer)
+	case userPresence:
+		s.applyPresence(userID, ev)
 	}
 }
 
@@ -185,6 +192,7 @@ func (s *Service) applyJoin(userID string, conv protocol.Conversation, deleted [
 	}
 	u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
 		peer: dmPeer(conv.Kind, conv.Members, userID)}
+	s.addPeers(userID, u, conv.Kind, conv.Members)
 	delete(u.left, conv.ID)
 	// The route changes under u.mu with the position, so a join and a leave cannot cross.
 	s.engine.Join(userID, conv.ID, conv.LastSeq)

@@ -243,6 +243,66 @@ func (f *fakeStore) MissingUsers(_ context.Context, ids []string) ([]string, err
 	return missing, nil
 }
 
+func (f *fakeStore) SetHidePresence(_ context.Context, userID string, hide bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if u, ok := f.users[userID]; ok {
+		u.HidePresence = hide
+		f.users[userID] = u
+	}
+	return nil
+}
+
+// changeOnlineNodes applies change to a user's online nodes and returns their presence after it.
+func (f *fakeStore) changeOnlineNodes(userID string, change func([]string) []string) (storage.Presence, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	u, ok := f.users[userID]
+	if !ok {
+		return storage.Presence{}, storage.ErrNotFound
+	}
+	u.OnlineNodes = change(slices.Clone(u.OnlineNodes))
+	f.users[userID] = u
+	return storage.Presence{Nodes: u.OnlineNodes, LastSeen: u.LastSeen, Hidden: u.HidePresence}, nil
+}
+
+func (f *fakeStore) MarkOnline(_ context.Context, userID, node string) (storage.Presence, error) {
+	return f.changeOnlineNodes(userID, func(nodes []string) []string {
+		if slices.Contains(nodes, node) {
+			return nodes
+		}
+		return append(nodes, node)
+	})
+}
+
+func (f *fakeStore) MarkOffline(_ context.Context, userID, node string) (storage.Presence, error) {
+	return f.changeOnlineNodes(userID, func(nodes []string) []string {
+		return slices.DeleteFunc(nodes, func(n string) bool { return n == node })
+	})
+}
+
+func (f *fakeStore) SetLastSeen(_ context.Context, userID string, at time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if u, ok := f.users[userID]; ok && (u.LastSeen == nil || at.After(*u.LastSeen)) {
+		u.LastSeen = &at
+		f.users[userID] = u
+	}
+	return nil
+}
+
+func (f *fakeStore) PresenceOf(_ context.Context, userIDs []string) (map[string]storage.Presence, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]storage.Presence)
+	for _, id := range userIDs {
+		if u, ok := f.users[id]; ok {
+			out[id] = storage.Presence{Nodes: slices.Clone(u.OnlineNodes), LastSeen: u.LastSeen, Hidden: u.HidePresence}
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeStore) SetHideReceipts(_ context.Context, userID string, hide bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

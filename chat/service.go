@@ -68,6 +68,11 @@ type Store interface {
 	User(ctx context.Context, id string) (storage.User, error)
 	MissingUsers(ctx context.Context, ids []string) ([]string, error)
 	SetHideReceipts(ctx context.Context, userID string, hide bool) error
+	SetHidePresence(ctx context.Context, userID string, hide bool) error
+	MarkOnline(ctx context.Context, userID, node string) (storage.Presence, error)
+	MarkOffline(ctx context.Context, userID, node string) (storage.Presence, error)
+	SetLastSeen(ctx context.Context, userID string, at time.Time) error
+	PresenceOf(ctx context.Context, userIDs []string) (map[string]storage.Presence, error)
 	AddMembers(ctx context.Context, id string, userIDs []string) error
 	RemoveMember(ctx context.Context, id, userID string) error
 	ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) ([]storage.Message, error)
@@ -163,6 +168,8 @@ type onlineUser struct {
 	mu           sync.Mutex
 	hideReceipts bool
 	positions    map[string]*position
+	// peers are the members of the user's DMs and small groups: who hears of their presence.
+	peers map[string]struct{}
 	// left remembers, while the state is loading, the conversations the user left meanwhile, so
 	// the load does not bring them back; nil once loaded.
 	left map[string]bool
@@ -181,7 +188,7 @@ type position struct {
 	readSeq   int64
 	// deliveredSeq is how far the user's devices have said they received (see Delivered).
 	deliveredSeq int64
-	hiddenSeq int64 // the user deleted the conversation for themselves at this seq
+	hiddenSeq    int64 // the user deleted the conversation for themselves at this seq
 	// peer is the other member of a DM; block caches whether a block stands between them.
 	peer  string
 	block blockState
@@ -259,6 +266,9 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 	if !ok {
 		u.loadErr = s.load(ctx, uid, u)
 		close(u.loaded)
+		if u.loadErr == nil {
+			s.cameOnline(ctx, uid, u)
+		}
 	}
 	select {
 	case <-u.loaded:
@@ -306,6 +316,7 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 			hiddenSeq: cur.HiddenSeq, peer: dmPeer(conv.Kind, conv.Members, uid)}
 		s.engine.Join(uid, conv.ID, conv.LastSeq)
 		s.learnDeleted(conv.ID, conv.DeletedSeqs) // after the join, so no forget undoes it
+		s.addPeers(uid, u, conv.Kind, conv.Members)
 	}
 	u.left = nil
 	return nil
@@ -333,6 +344,19 @@ func (s *Service) Close(c Conn) {
 	defer cancel()
 	if err := s.reads.FlushUser(ctx, uid); err != nil {
 		s.log.Warn().Err(err).Str("user", uid).Msg("write read cursors on disconnect")
+	}
+	if u != nil && u.loadErr == nil && isClosed(u.loaded) {
+		s.wentOffline(ctx, uid, u)
+	}
+}
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -404,3 +404,115 @@ func TestDeliveredThenReadTicks(t *testing.T) {
 		t.Errorf("bob got %d delivered frames about himself; want none", len(got))
 	}
 }
+
+// TestPresenceAcrossNodes: bob (node B) sees alice (node A) come online and go offline with her
+// last seen time, pushed because they share a DM; a second device of alice's keeps her online; a
+// presence request answers the same; when alice hides her presence bob sees her offline with no
+// time and his requests leave her out. Dave, who shares only a 40-member group with bob, sends
+// bob nothing when he comes online, and bob can ask.
+func TestPresenceAcrossNodes(t *testing.T) {
+	env, nodes := rtNodes(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	ctx := ctxT(t, time.Minute)
+	tokens := map[string]string{"alice": login(t, a, "alice"), "dave": login(t, a, "dave")}
+	bob := rtWatch(t, "bob (node B)", dialWith(t, b, login(t, b, "bob"), nil))
+	if _, err := bob.conn.OpenDM(ctx, "alice"); err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	members := []string{"bob", "dave"}
+	for i := len(members); i < 40; i++ {
+		members = append(members, fmt.Sprintf("member-%02d", i))
+	}
+	store := testenv.OpenStore(t, storage.Config{URI: env.MongoURI, Database: env.Database})
+	if _, err := store.EnsureConversation(ctx, storage.Conversation{ID: "forty", Kind: storage.KindGroup, Name: "forty",
+		Members: members, CreatedBy: "bob", CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatalf("store the group: %v", err)
+	}
+	presenceOf := func(user string) func(protocol.ServerFrame) bool {
+		return func(f protocol.ServerFrame) bool { return f.Type == protocol.TypePresence && f.UserID == user }
+	}
+	ask := func(users ...string) map[string]protocol.Presence {
+		t.Helper()
+		r, err := bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypePresence, UserIDs: users})
+		if err != nil {
+			t.Fatalf("presence request: %v", err)
+		}
+		out := make(map[string]protocol.Presence)
+		for _, p := range r.Presence {
+			out[p.UserID] = p
+		}
+		return out
+	}
+
+	start := time.Now()
+	alice := dialWith(t, a, tokens["alice"], nil)
+	online := chHas(t, bob, "alice online", presenceOf("alice"))
+	t.Logf("alice's presence reached bob %s after she connected", time.Since(start).Round(time.Millisecond))
+	if online.Online == nil || !*online.Online || online.LastSeen != nil {
+		t.Errorf("bob's presence frame for alice: %+v; want online", online)
+	}
+	if p := ask("alice"); !p["alice"].Online {
+		t.Errorf("bob asks: alice is %+v; want online", p["alice"])
+	}
+
+	second := dialWith(t, b, tokens["alice"], nil) // her phone, on the other node
+	mark := bob.len()
+	if err := alice.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if p := ask("alice"); !p["alice"].Online {
+		t.Errorf("with her phone still connected alice is %+v; want online", p["alice"])
+	}
+	before := time.Now().Add(-time.Second)
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bob.waitFor(t, 10*time.Second, "alice offline", func(fs []protocol.ServerFrame) bool {
+		return slices.ContainsFunc(fs[mark:], func(f protocol.ServerFrame) bool {
+			return presenceOf("alice")(f) && f.Online != nil && !*f.Online
+		})
+	})
+	frames := rtOf(bob.snapshot()[mark:], presenceOf("alice"))
+	if len(frames) != 1 || frames[0].LastSeen == nil || frames[0].LastSeen.Before(before) {
+		t.Errorf("after both of alice's devices left, bob got %+v; want one offline frame with her last seen time", frames)
+	}
+	if p := ask("alice")["alice"]; p.Online || p.LastSeen == nil {
+		t.Errorf("bob asks after she left: %+v; want offline with a last seen time", p)
+	}
+
+	alice = dialWith(t, a, tokens["alice"], nil)
+	bob.waitFor(t, 10*time.Second, "alice online again", func(fs []protocol.ServerFrame) bool {
+		return len(rtOf(fs[mark:], presenceOf("alice"))) >= 2
+	})
+	hide := true
+	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSetPrivacy, HidePresence: &hide}); err != nil {
+		t.Fatalf("hide presence: %v", err)
+	}
+	bob.waitFor(t, 10*time.Second, "alice hidden", func(fs []protocol.ServerFrame) bool {
+		last := rtOf(fs[mark:], presenceOf("alice"))
+		return len(last) >= 3 && last[len(last)-1].Online != nil && !*last[len(last)-1].Online
+	})
+	if hidden := rtOf(bob.snapshot()[mark:], presenceOf("alice")); hidden[len(hidden)-1].LastSeen != nil {
+		t.Errorf("alice hid her presence and bob got %+v; want offline with no time", hidden[len(hidden)-1])
+	}
+	if p, ok := ask("alice")["alice"]; ok {
+		t.Errorf("bob asks about alice, who hides her presence: %+v; want her left out", p)
+	}
+
+	mark = bob.len()
+	dialWith(t, a, tokens["dave"], nil)
+	if p := ask("dave"); !p["dave"].Online {
+		t.Errorf("bob asks about dave, who shares a 40-member group with him: %+v; want online", p["dave"])
+	}
+	time.Sleep(rtQuiet) // for a presence frame that must not come
+	bob.barrier(t)
+	if got := rtOf(bob.snapshot()[mark:], presenceOf("dave")); len(got) > 0 {
+		t.Errorf("dave coming online pushed %d presence frames to bob, who shares only a large group with him; want none", len(got))
+	}
+	if p, ok := ask("member-07")["member-07"]; ok && p.Online {
+		t.Errorf("member-07, never connected, is %+v; want offline", p)
+	}
+	if _, ok := ask("nobody-shared")["nobody-shared"]; ok {
+		t.Errorf("bob learned the presence of a user he shares nothing with")
+	}
+}

@@ -162,6 +162,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		cfg.NodeID = uuid.NewString()
 	}
 	cfg.Leases.NodeID = cfg.NodeID
+	cfg.Chat.NodeID = cfg.NodeID
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -222,6 +223,11 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		return nil, err
 	}
 	if n.leases, err = sequencer.StartLeases(ctx, cfg.Leases, n.seq, log); err != nil {
+		return nil, err
+	}
+	cfg.Chat.Nodes = n.leases
+	// A node restarted under its old id holds none of the connections it held before.
+	if err := n.store.ForgetNodePresence(ctx, cfg.NodeID); err != nil {
 		return nil, err
 	}
 	n.reads = readstate.New(n.store, readstate.Config{Window: cfg.ReadWindow, Metrics: readstate.NewMetrics(n.metrics)}, log)

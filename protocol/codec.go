@@ -53,6 +53,8 @@ const (
 	MaxReactionsPerUser = 10
 	// QuoteBytes bounds the copy of a replied-to message that a reply carries.
 	QuoteBytes = 200
+	// MaxPresenceUsers bounds the users one presence request asks about: a screen's worth.
+	MaxPresenceUsers = 100
 )
 
 // Error is a refusal with a stable code; it becomes an error frame.
@@ -194,8 +196,18 @@ func (f *ClientFrame) Validate() error {
 	case TypeRead, TypeDelivered, TypeReceipts, TypeDeleteMessage, TypeReactions:
 		return requireMessage(f)
 	case TypeSetPrivacy:
-		if f.HideReceipts == nil {
-			return Errorf(CodeInvalidField, "hideReceipts is required")
+		if f.HideReceipts == nil && f.HidePresence == nil {
+			return Errorf(CodeInvalidField, "give hideReceipts, hidePresence or both")
+		}
+		return nil
+	case TypePresence:
+		if len(f.UserIDs) == 0 || len(f.UserIDs) > MaxPresenceUsers {
+			return Errorf(CodeInvalidField, "userIds must name 1 to %d users", MaxPresenceUsers)
+		}
+		for _, id := range f.UserIDs {
+			if err := requireID("userIds", id); err != nil {
+				return err
+			}
 		}
 		return nil
 	case "":

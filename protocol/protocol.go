@@ -33,6 +33,8 @@ const (
 	TypeFocus             = "focus"
 	// TypeDelivered is also a server frame: how far another member's devices have received.
 	TypeDelivered = "delivered"
+	// TypePresence is also a server frame: a peer came online or went offline.
+	TypePresence = "presence"
 )
 
 // Server frame types: what the server sends. Replies carry the request's id.
@@ -59,6 +61,7 @@ const (
 	TypeReaction      = "reaction"
 	TypeReactionList  = "reaction_list"
 	TypeChanges       = "changes"
+	TypePresenceList  = "presence_list"
 )
 
 // Message kinds.
@@ -133,6 +136,14 @@ type Conversation struct {
 	Version int64 `json:"version,omitempty"`
 }
 
+// Presence is whether a user is online, and when they were last seen if not (absent when not
+// known: never seen since presence was kept).
+type Presence struct {
+	UserID   string     `json:"userId"`
+	Online   bool       `json:"online"`
+	LastSeen *time.Time `json:"lastSeen,omitempty"`
+}
+
 // Reader is one member's read position, used in receipts.
 type Reader struct {
 	UserID  string `json:"userId"`
@@ -169,8 +180,12 @@ type ClientFrame struct {
 	Around   *int64   `json:"around,omitempty"`
 	Fraction *float64 `json:"fraction,omitempty"`
 	Limit    int      `json:"limit,omitempty"`
-	// HideReceipts is the set_privacy setting: true hides this user's read position from others.
+	// HideReceipts and HidePresence are the set_privacy settings: true hides this user's read
+	// position, or their online state and last seen time, from others.
 	HideReceipts *bool `json:"hideReceipts,omitempty"`
+	HidePresence *bool `json:"hidePresence,omitempty"`
+	// UserIDs are the users a presence request asks about.
+	UserIDs []string `json:"userIds,omitempty"`
 }
 
 // ServerFrame is every frame the server sends; fields not used by a type are omitted. A message
@@ -221,6 +236,12 @@ type ServerFrame struct {
 
 	// UserIDs lists the users the caller blocks (blocks frames), sorted; omitted when none.
 	UserIDs []string `json:"userIds,omitempty"`
+
+	// Presence frames: a peer's presence changed (Online, and LastSeen when offline), or the
+	// answer to a presence request (Presence).
+	Online   *bool      `json:"online,omitempty"`
+	LastSeen *time.Time `json:"lastSeen,omitempty"`
+	Presence []Presence `json:"presence,omitempty"`
 
 	// Changes: the version of an edited, reaction or deleted frame, or the highest one a changes
 	// frame carries; HasMore says a changes frame stopped at the sync limit.

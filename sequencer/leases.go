@@ -325,6 +325,14 @@ func (l *Leases) applyClaim(e jetstream.KeyValueEntry) {
 	}
 }
 
+// Alive reports whether this node believes node alive (see alive); presence asks it, so that a
+// dead node's connections do not count as online.
+func (l *Leases) Alive(node string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.alive(node)
+}
+
 // alive reports whether this node believes node alive: itself, and every peer it heard from
 // (heartbeat or, for a claimant, first claim) within its own last deadAfter heartbeats. l.mu is
 // held.

@@ -111,7 +111,20 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 	case protocol.TypeTyping:
 		return nil, r.chat.Typing(uid, conv)
 	case protocol.TypeSetPrivacy:
-		return ok, r.chat.SetPrivacy(ctx, uid, *f.HideReceipts)
+		if f.HideReceipts != nil {
+			if err := r.chat.SetPrivacy(ctx, uid, *f.HideReceipts); err != nil {
+				return nil, err
+			}
+		}
+		if f.HidePresence != nil {
+			if err := r.chat.SetPresencePrivacy(ctx, uid, *f.HidePresence); err != nil {
+				return nil, err
+			}
+		}
+		return ok, nil
+	case protocol.TypePresence:
+		list, err := r.chat.Presence(ctx, uid, f.UserIDs)
+		return &protocol.ServerFrame{Type: protocol.TypePresenceList, Presence: list}, err
 	case protocol.TypeAddMembers:
 		return ok, r.chat.AddMembers(ctx, uid, conv, f.Members)
 	case protocol.TypeRemoveMember:

@@ -41,6 +41,12 @@ const (
 	opUser                = op("user")
 	opMissingUsers        = op("missing_users")
 	opSetHideReceipts     = op("set_hide_receipts")
+	opSetHidePresence     = op("set_hide_presence")
+	opMarkOnline          = op("mark_online")
+	opMarkOffline         = op("mark_offline")
+	opSetLastSeen         = op("set_last_seen")
+	opPresenceOf          = op("presence_of")
+	opForgetNodePresence  = op("forget_node_presence")
 	opBlock               = op("block")
 	opUnblock             = op("unblock")
 	opBlocksOf            = op("blocks_of")
@@ -54,7 +60,8 @@ var ops = []op{
 	opPing, opInsertMessages, opMessageByClientID, opHighestSeq, opMessageRange, opExplainMessageRange, opUpdateMessages,
 	opChangedMessages, opRecordDeleted, opEnsureConversation, opConversation, opConversationsOf, opAdvanceCounters, opAddMembers, opRemoveMember,
 	opHideConversation, opAdvanceCursors, opCursorsOf, opCountReaders, opCountDelivered, opReaders, opEnsureUser, opReviveUser,
-	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opBlock, opUnblock, opBlocksOf, opBlocked,
+	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opSetHidePresence, opMarkOnline,
+	opMarkOffline, opSetLastSeen, opPresenceOf, opForgetNodePresence, opBlock, opUnblock, opBlocksOf, opBlocked,
 	opBlockedWith, opDeleteAccount, opBackfill,
 }
 

@@ -165,6 +165,8 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		// A user's block list, and an account deletion's cleanup of blocks on either side.
 		{s.blocks, "blocker", bson.D{{Key: "blocker", Value: 1}}, false},
 		{s.blocks, "blocked", bson.D{{Key: "blocked", Value: 1}}, false},
+		// A restarted node's leftover presence (ForgetNodePresence).
+		{s.users, "online_nodes", bson.D{{Key: "onlineNodes", Value: 1}}, false},
 	}
 	for _, ix := range indexes {
 		model := mongo.IndexModel{Keys: ix.keys, Options: options.Index().SetName(ix.name).SetUnique(ix.unique)}

@@ -15,12 +15,18 @@ import (
 // name, no data), so a token of the deleted account never creates an empty account again.
 var ErrDeleted = errors.New("account deleted")
 
-// User is an account. HideReceipts keeps the user's read position out of other members' receipts.
+// User is an account. HideReceipts keeps the user's read position out of other members' receipts,
+// HidePresence their online state and last seen time out of everyone's sight.
 type User struct {
 	ID           string    `bson:"_id"`
 	Name         string    `bson:"name"`
 	HideReceipts bool      `bson:"hideReceipts"`
+	HidePresence bool      `bson:"hidePresence,omitempty"`
 	CreatedAt    time.Time `bson:"createdAt"`
+	// LastSeen is when the user's last connection anywhere closed; OnlineNodes are the nodes that
+	// hold a connection of theirs now (some may have died since: the caller knows which live).
+	LastSeen    *time.Time `bson:"lastSeen,omitempty"`
+	OnlineNodes []string   `bson:"onlineNodes,omitempty"`
 	// TokensValidAfter, if set, refuses the user's tokens issued before it (a revocation).
 	TokensValidAfter *time.Time `bson:"tokensValidAfter,omitempty"`
 	// DeletedAt marks a tombstone: the account was deleted then.

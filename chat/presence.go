@@ -1,0 +1,152 @@
+package chat
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/storage"
+)
+
+// Presence: who is online, and since when someone is not. A user is online while any node holds
+// a connection of theirs; the nodes that do are kept on the user's document (one round trip on
+// their _id when their first connection on a node opens and when their last one there closes),
+// and a node that died is left out by asking Nodes which nodes live. A change is pushed only to
+// the members of the user's DMs and small groups (up to LiveReceiptsMaxMembers), one event per
+// such member on their own subject, so one frame per device and nothing at all to the members
+// of large groups, who ask with Presence when they want to know.
+
+// Nodes tells which nodes of the cluster are alive; sequencer.Leases implements it.
+type Nodes interface {
+	Alive(node string) bool
+}
+
+// alive reports whether node holds live connections: this node, or one Nodes says lives.
+func (s *Service) alive(node string) bool {
+	return node == s.cfg.NodeID || (s.cfg.Nodes != nil && s.cfg.Nodes.Alive(node))
+}
+
+// onlineElsewhere reports whether a live node other than this one holds a connection of the user.
+func (s *Service) onlineElsewhere(p storage.Presence) bool {
+	return slices.ContainsFunc(p.Nodes, func(n string) bool { return n != s.cfg.NodeID && s.alive(n) })
+}
+
+// cameOnline records a user's first connection on this node and, if no other live node holds
+// one and they do not hide their presence, tells their peers they are online.
+func (s *Service) cameOnline(ctx context.Context, uid string, u *onlineUser) {
+	p, err := s.store.MarkOnline(ctx, uid, s.cfg.NodeID)
+	if err != nil {
+		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
+		return
+	}
+	if !p.Hidden && !s.onlineElsewhere(p) {
+		s.publishPresence(uid, u, userEvent{Type: userPresence, Peer: uid, Online: true})
+	}
+}
+
+// wentOffline records that a user's last connection on this node closed and, if no other live
+// node holds one, stores when they were last seen and tells their peers (unless they hide it).
+func (s *Service) wentOffline(ctx context.Context, uid string, u *onlineUser) {
+	p, err := s.store.MarkOffline(ctx, uid, s.cfg.NodeID)
+	if err != nil {
+		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
+		return
+	}
+	if s.onlineElsewhere(p) {
+		return
+	}
+	seen := now()
+	if err := s.store.SetLastSeen(ctx, uid, seen); err != nil {
+		s.log.Warn().Err(err).Str("user", uid).Msg("record last seen")
+	}
+	if !p.Hidden {
+		s.publishPresence(uid, u, userEvent{Type: userPresence, Peer: uid, LastSeen: &seen})
+	}
+}
+
+// publishPresence sends a presence event of uid to each of their peers.
+func (s *Service) publishPresence(uid string, u *onlineUser, ev userEvent) {
+	u.mu.Lock()
+	peers := make([]string, 0, len(u.peers))
+	for p := range u.peers {
+		peers = append(peers, p)
+	}
+	u.mu.Unlock()
+	for _, p := range peers {
+		s.publishUser(p, ev)
+	}
+}
+
+// addPeers adds the members of a conversation to the user's peers, if it is a DM or a small
+// group. u.mu is held.
+func (s *Service) addPeers(uid string, u *onlineUser, kind string, members []string) {
+	if kind != storage.KindDM && len(members) > s.cfg.LiveReceiptsMaxMembers {
+		return
+	}
+	if u.peers == nil {
+		u.peers = make(map[string]struct{})
+	}
+	for _, m := range members {
+		if m != uid {
+			u.peers[m] = struct{}{}
+		}
+	}
+}
+
+// applyPresence gives a user's devices a peer's presence change. It is ephemeral: a newer one
+// replaces one still waiting.
+func (s *Service) applyPresence(userID string, ev userEvent) {
+	online := ev.Online
+	s.ephemeralToUser(userID, "presence:"+ev.Peer, protocol.ServerFrame{Type: protocol.TypePresence, UserID: ev.Peer,
+		Online: &online, LastSeen: ev.LastSeen})
+}
+
+// Presence answers who of userIDs is online, and when the others were last seen: only users who
+// share a conversation with userID (of any size) and do not hide their presence are answered;
+// the rest are left out.
+func (s *Service) Presence(ctx context.Context, userID string, userIDs []string) ([]protocol.Presence, error) {
+	convs, err := s.store.ConversationsOf(ctx, userID)
+	if err != nil {
+		return nil, fmt.Errorf("load conversations of %s: %w", userID, err)
+	}
+	shared := map[string]bool{userID: true}
+	for _, c := range convs {
+		for _, m := range c.Members {
+			shared[m] = true
+		}
+	}
+	asked := slices.DeleteFunc(slices.Clone(userIDs), func(id string) bool { return !shared[id] })
+	if len(asked) == 0 {
+		return []protocol.Presence{}, nil
+	}
+	found, err := s.store.PresenceOf(ctx, asked)
+	if err != nil {
+		return nil, fmt.Errorf("load presence: %w", err)
+	}
+	out := []protocol.Presence{}
+	for _, id := range asked {
+		p, ok := found[id]
+		if !ok || (p.Hidden && id != userID) {
+			continue
+		}
+		entry := protocol.Presence{UserID: id, Online: slices.ContainsFunc(p.Nodes, s.alive)}
+		if !entry.Online {
+			entry.LastSeen = p.LastSeen
+		}
+		out = append(out, entry)
+	}
+	return out, nil
+}
+
+// SetPresencePrivacy hides (or shows) userID's online state and last seen time from everyone. The
+// user's peers learn it at once: hidden looks offline with no last seen time.
+func (s *Service) SetPresencePrivacy(ctx context.Context, userID string, hide bool) error {
+	if err := s.store.SetHidePresence(ctx, userID, hide); err != nil {
+		return fmt.Errorf("store presence privacy of %s: %w", userID, err)
+	}
+	if u := s.online(userID); u != nil {
+		s.publishPresence(userID, u, userEvent{Type: userPresence, Peer: userID, Online: !hide})
+	}
+	return nil
+}
