@@ -35,7 +35,7 @@ const maxTombstonedSeqs = 10000
 // nothing), so the node that made a change may apply it at once and its own echo is a no-op: one
 // change, one frame per device.
 type userEvent struct {
-	Type         string                 `json:"type"` // joined, left, cursor, hidden, deleted, blocks or presence
+	Type         string                 `json:"type"` // joined, left, cursor, hidden, deleted, blocks, presence or privacy
 	Conversation *protocol.Conversation `json:"conversation,omitempty"`
 	ConvID       string                 `json:"conversationId,omitempty"`
 	ReadSeq      int64                  `json:"readSeq,omitempty"`
@@ -47,6 +47,9 @@ type userEvent struct {
 	// Online and LastSeen are Peer's presence (presence events).
 	Online   bool       `json:"online,omitempty"`
 	LastSeen *time.Time `json:"lastSeen,omitempty"`
+	// HideReceipts and HidePresence are the user's changed privacy settings (privacy events).
+	HideReceipts *bool `json:"hideReceipts,omitempty"`
+	HidePresence *bool `json:"hidePresence,omitempty"`
 }
 
 // User event types.
@@ -61,6 +64,8 @@ const (
 	userBlocks = "blocks"
 	// userPresence says Peer came online or went offline (see presence.go).
 	userPresence = "presence"
+	// userPrivacy carries the user's changed privacy settings to every node that holds them.
+	userPrivacy = "privacy"
 )
 
 func (s *Service) publishUser(userID string, ev userEvent) {
@@ -175,6 +180,8 @@ func (s *Service) HandleUserEvent(userID string, data []byte) {
 		s.forgetBlock(userID, ev.Peer)
 	case userPresence:
 		s.applyPresence(userID, ev)
+	case userPrivacy:
+		s.applyPrivacy(userID, ev)
 	}
 }
 

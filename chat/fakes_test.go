@@ -40,7 +40,8 @@ type fakeStore struct {
 	msgs    map[string][]storage.Message // by conversation; msgs[c][i] has seq i+1
 	cursors map[cursorKey]storage.Cursor
 	users   map[string]storage.User
-	blocks  map[blockKey]time.Time // blocker|blocked -> when
+	blocks  map[blockKey]time.Time     // blocker|blocked -> when
+	online  map[string]map[string]bool // user -> nodes holding a connection
 	// blockLookups counts the block checks asked of the store (Blocked and BlockedWith), so a
 	// test can prove a send reads the cache.
 	blockLookups int
@@ -65,6 +66,7 @@ func newFakeStore() *fakeStore {
 		cursors: make(map[cursorKey]storage.Cursor),
 		users:   make(map[string]storage.User),
 		blocks:  make(map[blockKey]time.Time),
+		online:  make(map[string]map[string]bool),
 	}
 }
 
@@ -253,32 +255,30 @@ func (f *fakeStore) SetHidePresence(_ context.Context, userID string, hide bool)
 	return nil
 }
 
-// changeOnlineNodes applies change to a user's online nodes and returns their presence after it.
-func (f *fakeStore) changeOnlineNodes(userID string, change func([]string) []string) (storage.Presence, error) {
+func (f *fakeStore) MarkOnline(_ context.Context, userID, node string, _ time.Time) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	u, ok := f.users[userID]
-	if !ok {
-		return storage.Presence{}, storage.ErrNotFound
+	if f.online[userID] == nil {
+		f.online[userID] = make(map[string]bool)
 	}
-	u.OnlineNodes = change(slices.Clone(u.OnlineNodes))
-	f.users[userID] = u
-	return storage.Presence{Nodes: u.OnlineNodes, LastSeen: u.LastSeen, Hidden: u.HidePresence}, nil
+	f.online[userID][node] = true
+	return f.onlineNodesLocked(userID), nil
 }
 
-func (f *fakeStore) MarkOnline(_ context.Context, userID, node string) (storage.Presence, error) {
-	return f.changeOnlineNodes(userID, func(nodes []string) []string {
-		if slices.Contains(nodes, node) {
-			return nodes
-		}
-		return append(nodes, node)
-	})
+func (f *fakeStore) MarkOffline(_ context.Context, userID, node string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.online[userID], node)
+	return f.onlineNodesLocked(userID), nil
 }
 
-func (f *fakeStore) MarkOffline(_ context.Context, userID, node string) (storage.Presence, error) {
-	return f.changeOnlineNodes(userID, func(nodes []string) []string {
-		return slices.DeleteFunc(nodes, func(n string) bool { return n == node })
-	})
+func (f *fakeStore) onlineNodesLocked(userID string) []string {
+	var nodes []string
+	for n := range f.online[userID] {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	return nodes
 }
 
 func (f *fakeStore) SetLastSeen(_ context.Context, userID string, at time.Time) error {
@@ -297,7 +297,7 @@ func (f *fakeStore) PresenceOf(_ context.Context, userIDs []string) (map[string]
 	out := make(map[string]storage.Presence)
 	for _, id := range userIDs {
 		if u, ok := f.users[id]; ok {
-			out[id] = storage.Presence{Nodes: slices.Clone(u.OnlineNodes), LastSeen: u.LastSeen, Hidden: u.HidePresence}
+			out[id] = storage.Presence{Nodes: f.onlineNodesLocked(id), LastSeen: u.LastSeen, Hidden: u.HidePresence}
 		}
 	}
 	return out, nil

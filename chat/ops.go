@@ -484,11 +484,9 @@ func (s *Service) SetPrivacy(ctx context.Context, userID string, hide bool) erro
 	if err := s.store.SetHideReceipts(ctx, userID, hide); err != nil {
 		return fmt.Errorf("store privacy of %s: %w", userID, err)
 	}
-	if u := s.online(userID); u != nil {
-		u.mu.Lock()
-		u.hideReceipts = hide
-		u.mu.Unlock()
-	}
+	// Here at once, and on the user's other nodes, whose read frames publish receipts too.
+	s.applyPrivacy(userID, userEvent{Type: userPrivacy, HideReceipts: &hide})
+	s.publishUser(userID, userEvent{Type: userPrivacy, HideReceipts: &hide})
 	return nil
 }
 

@@ -28,19 +28,26 @@ func (s *Service) alive(node string) bool {
 }
 
 // onlineElsewhere reports whether a live node other than this one holds a connection of the user.
-func (s *Service) onlineElsewhere(p storage.Presence) bool {
-	return slices.ContainsFunc(p.Nodes, func(n string) bool { return n != s.cfg.NodeID && s.alive(n) })
+func (s *Service) onlineElsewhere(nodes []string) bool {
+	return slices.ContainsFunc(nodes, func(n string) bool { return n != s.cfg.NodeID && s.alive(n) })
+}
+
+// hidesPresence reports whether an online user hides their presence.
+func (u *onlineUser) hidesPresence() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.hidePresence
 }
 
 // cameOnline records a user's first connection on this node and, if no other live node holds
 // one and they do not hide their presence, tells their peers they are online.
 func (s *Service) cameOnline(ctx context.Context, uid string, u *onlineUser) {
-	p, err := s.store.MarkOnline(ctx, uid, s.cfg.NodeID)
+	nodes, err := s.store.MarkOnline(ctx, uid, s.cfg.NodeID, now())
 	if err != nil {
 		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
 		return
 	}
-	if !p.Hidden && !s.onlineElsewhere(p) {
+	if !u.hidesPresence() && !s.onlineElsewhere(nodes) {
 		s.publishPresence(uid, u, userEvent{Type: userPresence, Peer: uid, Online: true})
 	}
 }
@@ -48,19 +55,19 @@ func (s *Service) cameOnline(ctx context.Context, uid string, u *onlineUser) {
 // wentOffline records that a user's last connection on this node closed and, if no other live
 // node holds one, stores when they were last seen and tells their peers (unless they hide it).
 func (s *Service) wentOffline(ctx context.Context, uid string, u *onlineUser) {
-	p, err := s.store.MarkOffline(ctx, uid, s.cfg.NodeID)
+	nodes, err := s.store.MarkOffline(ctx, uid, s.cfg.NodeID)
 	if err != nil {
 		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
 		return
 	}
-	if s.onlineElsewhere(p) {
+	if s.onlineElsewhere(nodes) {
 		return
 	}
 	seen := now()
 	if err := s.store.SetLastSeen(ctx, uid, seen); err != nil {
 		s.log.Warn().Err(err).Str("user", uid).Msg("record last seen")
 	}
-	if !p.Hidden {
+	if !u.hidesPresence() {
 		s.publishPresence(uid, u, userEvent{Type: userPresence, Peer: uid, LastSeen: &seen})
 	}
 }
@@ -140,13 +147,32 @@ func (s *Service) Presence(ctx context.Context, userID string, userIDs []string)
 }
 
 // SetPresencePrivacy hides (or shows) userID's online state and last seen time from everyone. The
-// user's peers learn it at once: hidden looks offline with no last seen time.
+// user's peers learn it at once (hidden looks offline with no last seen time), and so do the
+// user's other nodes, which decide what their connections' comings and goings announce.
 func (s *Service) SetPresencePrivacy(ctx context.Context, userID string, hide bool) error {
 	if err := s.store.SetHidePresence(ctx, userID, hide); err != nil {
 		return fmt.Errorf("store presence privacy of %s: %w", userID, err)
 	}
+	s.applyPrivacy(userID, userEvent{Type: userPrivacy, HidePresence: &hide})
+	s.publishUser(userID, userEvent{Type: userPrivacy, HidePresence: &hide})
 	if u := s.online(userID); u != nil {
 		s.publishPresence(userID, u, userEvent{Type: userPresence, Peer: userID, Online: !hide})
 	}
 	return nil
+}
+
+// applyPrivacy takes an online user's privacy settings changed on any node.
+func (s *Service) applyPrivacy(userID string, ev userEvent) {
+	u := s.online(userID)
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if ev.HideReceipts != nil {
+		u.hideReceipts = *ev.HideReceipts
+	}
+	if ev.HidePresence != nil {
+		u.hidePresence = *ev.HidePresence
+	}
 }

@@ -69,8 +69,8 @@ type Store interface {
 	MissingUsers(ctx context.Context, ids []string) ([]string, error)
 	SetHideReceipts(ctx context.Context, userID string, hide bool) error
 	SetHidePresence(ctx context.Context, userID string, hide bool) error
-	MarkOnline(ctx context.Context, userID, node string) (storage.Presence, error)
-	MarkOffline(ctx context.Context, userID, node string) (storage.Presence, error)
+	MarkOnline(ctx context.Context, userID, node string, at time.Time) ([]string, error)
+	MarkOffline(ctx context.Context, userID, node string) ([]string, error)
 	SetLastSeen(ctx context.Context, userID string, at time.Time) error
 	PresenceOf(ctx context.Context, userIDs []string) (map[string]storage.Presence, error)
 	AddMembers(ctx context.Context, id string, userIDs []string) error
@@ -167,6 +167,7 @@ type onlineUser struct {
 
 	mu           sync.Mutex
 	hideReceipts bool
+	hidePresence bool
 	positions    map[string]*position
 	// peers are the members of the user's DMs and small groups: who hears of their presence.
 	peers map[string]struct{}
@@ -305,7 +306,7 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.hideReceipts = user.HideReceipts
+	u.hideReceipts, u.hidePresence = user.HideReceipts, user.HidePresence
 	for _, conv := range convs {
 		if _, known := u.positions[conv.ID]; known || u.left[conv.ID] {
 			continue

@@ -2,54 +2,80 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Presence is what the store knows of whether a user is online: the nodes that hold a connection
 // of theirs (some may have died since: the caller knows which nodes live), when their last
-// connection anywhere closed, and whether they hide all of it. It lives on the user's document,
-// so a connect or a disconnect is one round trip on the user's _id.
+// connection anywhere closed, and whether they hide all of it.
 type Presence struct {
 	Nodes    []string
 	LastSeen *time.Time
 	Hidden   bool
 }
 
-func presenceOf(u User) Presence {
-	return Presence{Nodes: u.OnlineNodes, LastSeen: u.LastSeen, Hidden: u.HidePresence}
+// presenceDoc says that Node holds at least one connection of UserID. There is one per (user,
+// node), each written only by its node: a connect and a disconnect on two nodes at once touch
+// two documents, so neither undoes the other (a shared list of nodes would be a read-modify-write,
+// which FerretDB does not make atomic).
+type presenceDoc struct {
+	ID     string    `bson:"_id"`
+	UserID string    `bson:"userId"`
+	Node   string    `bson:"node"`
+	Since  time.Time `bson:"since"`
 }
 
+func presenceID(userID, node string) string { return userID + "|" + node }
+
 // MarkOnline records that node holds a connection of userID (its first one there) and returns
-// the user's presence after it. Repeating it changes nothing. ErrNotFound for no such account.
-func (s *Store) MarkOnline(ctx context.Context, userID, node string) (_ Presence, err error) {
+// every node that does now. Repeating it changes nothing.
+func (s *Store) MarkOnline(ctx context.Context, userID, node string, at time.Time) (_ []string, err error) {
 	defer s.metrics.observe(opMarkOnline, time.Now(), &err)
-	return s.changeOnlineNodes(ctx, userID, bson.D{{Key: "$addToSet", Value: bson.D{{Key: "onlineNodes", Value: node}}}})
+	doc := presenceDoc{ID: presenceID(userID, node), UserID: userID, Node: node, Since: at}
+	if _, err := s.presence.UpdateOne(ctx, bson.D{{Key: "_id", Value: doc.ID}},
+		bson.D{{Key: "$setOnInsert", Value: doc}}, options.UpdateOne().SetUpsert(true)); err != nil {
+		return nil, fmt.Errorf("mark %s online on %s: %w", userID, node, err)
+	}
+	return s.onlineNodes(ctx, userID)
 }
 
 // MarkOffline records that node no longer holds a connection of userID (its last one there
-// closed) and returns the user's presence after it.
-func (s *Store) MarkOffline(ctx context.Context, userID, node string) (_ Presence, err error) {
+// closed) and returns the nodes that still do. Of two nodes whose last connections of a user
+// close at once, at least one finds the other gone: each deletes its own record before it looks.
+func (s *Store) MarkOffline(ctx context.Context, userID, node string) (_ []string, err error) {
 	defer s.metrics.observe(opMarkOffline, time.Now(), &err)
-	return s.changeOnlineNodes(ctx, userID, bson.D{{Key: "$pull", Value: bson.D{{Key: "onlineNodes", Value: node}}}})
+	if _, err := s.presence.DeleteOne(ctx, bson.D{{Key: "_id", Value: presenceID(userID, node)}}); err != nil {
+		return nil, fmt.Errorf("mark %s offline on %s: %w", userID, node, err)
+	}
+	return s.onlineNodes(ctx, userID)
 }
 
-func (s *Store) changeOnlineNodes(ctx context.Context, userID string, update bson.D) (Presence, error) {
-	var u User
-	err := s.users.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: userID}}, update,
-		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&u)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return Presence{}, ErrNotFound
-	}
+func (s *Store) onlineNodes(ctx context.Context, userID string) ([]string, error) {
+	docs, err := s.presenceDocs(ctx, bson.D{{Key: "userId", Value: userID}})
 	if err != nil {
-		return Presence{}, fmt.Errorf("change the online nodes of %s: %w", userID, err)
+		return nil, err
 	}
-	return presenceOf(u), nil
+	nodes := make([]string, len(docs))
+	for i, d := range docs {
+		nodes[i] = d.Node
+	}
+	return nodes, nil
+}
+
+func (s *Store) presenceDocs(ctx context.Context, filter bson.D) ([]presenceDoc, error) {
+	cur, err := s.presence.Find(ctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("find connected nodes: %w", err)
+	}
+	var docs []presenceDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("read connected nodes: %w", err)
+	}
+	return docs, nil
 }
 
 // SetLastSeen records when a user's last connection anywhere closed; it only moves forward.
@@ -63,11 +89,12 @@ func (s *Store) SetLastSeen(ctx context.Context, userID string, at time.Time) (e
 	return nil
 }
 
-// PresenceOf returns the presence of each user of userIDs whose account exists: one read.
+// PresenceOf returns the presence of each user of userIDs whose account exists: two reads,
+// whatever the number of users.
 func (s *Store) PresenceOf(ctx context.Context, userIDs []string) (_ map[string]Presence, err error) {
 	defer s.metrics.observe(opPresenceOf, time.Now(), &err)
 	cur, err := s.users.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: userIDs}}}, notDeleted},
-		options.Find().SetProjection(bson.D{{Key: "lastSeen", Value: 1}, {Key: "hidePresence", Value: 1}, {Key: "onlineNodes", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "lastSeen", Value: 1}, {Key: "hidePresence", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("find presence of %d users: %w", len(userIDs), err)
 	}
@@ -77,17 +104,26 @@ func (s *Store) PresenceOf(ctx context.Context, userIDs []string) (_ map[string]
 	}
 	out := make(map[string]Presence, len(users))
 	for _, u := range users {
-		out[u.ID] = presenceOf(u)
+		out[u.ID] = Presence{LastSeen: u.LastSeen, Hidden: u.HidePresence}
+	}
+	docs, err := s.presenceDocs(ctx, bson.D{{Key: "userId", Value: bson.D{{Key: "$in", Value: userIDs}}}})
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range docs {
+		if p, ok := out[d.UserID]; ok {
+			p.Nodes = append(p.Nodes, d.Node)
+			out[d.UserID] = p
+		}
 	}
 	return out, nil
 }
 
-// ForgetNodePresence drops a node from every user's online nodes: a node starting under the id
-// of one that died holds none of their connections.
+// ForgetNodePresence drops what a node recorded of its connections: a node starting under the id
+// of one that died holds none of them.
 func (s *Store) ForgetNodePresence(ctx context.Context, node string) (err error) {
 	defer s.metrics.observe(opForgetNodePresence, time.Now(), &err)
-	if _, err := s.users.UpdateMany(ctx, bson.D{{Key: "onlineNodes", Value: node}},
-		bson.D{{Key: "$pull", Value: bson.D{{Key: "onlineNodes", Value: node}}}}); err != nil {
+	if _, err := s.presence.DeleteMany(ctx, bson.D{{Key: "node", Value: node}}); err != nil {
 		return fmt.Errorf("forget presence on %s: %w", node, err)
 	}
 	return nil

@@ -24,6 +24,7 @@ const (
 	cursorsCollection       = "readCursors"
 	usersCollection         = "users"
 	blocksCollection        = "blocks"
+	presenceCollection      = "presence"
 )
 
 // DefaultOperationTimeout bounds one store round trip when the caller's context has no earlier
@@ -84,6 +85,7 @@ type Store struct {
 	cursors       *mongo.Collection
 	users         *mongo.Collection
 	blocks        *mongo.Collection
+	presence      *mongo.Collection
 	metrics       *Metrics
 }
 
@@ -116,6 +118,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cursors:       db.Collection(cursorsCollection),
 		users:         db.Collection(usersCollection),
 		blocks:        db.Collection(blocksCollection),
+		presence:      db.Collection(presenceCollection),
 		metrics:       cfg.Metrics,
 	}
 	if cfg.SkipIndexes {
@@ -165,8 +168,9 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		// A user's block list, and an account deletion's cleanup of blocks on either side.
 		{s.blocks, "blocker", bson.D{{Key: "blocker", Value: 1}}, false},
 		{s.blocks, "blocked", bson.D{{Key: "blocked", Value: 1}}, false},
-		// A restarted node's leftover presence (ForgetNodePresence).
-		{s.users, "online_nodes", bson.D{{Key: "onlineNodes", Value: 1}}, false},
+		// Who is online: a user's connected nodes, and a restarted node's leftovers.
+		{s.presence, "user", bson.D{{Key: "userId", Value: 1}}, false},
+		{s.presence, "node", bson.D{{Key: "node", Value: 1}}, false},
 	}
 	for _, ix := range indexes {
 		model := mongo.IndexModel{Keys: ix.keys, Options: options.Index().SetName(ix.name).SetUnique(ix.unique)}

@@ -23,10 +23,8 @@ type User struct {
 	HideReceipts bool      `bson:"hideReceipts"`
 	HidePresence bool      `bson:"hidePresence,omitempty"`
 	CreatedAt    time.Time `bson:"createdAt"`
-	// LastSeen is when the user's last connection anywhere closed; OnlineNodes are the nodes that
-	// hold a connection of theirs now (some may have died since: the caller knows which live).
-	LastSeen    *time.Time `bson:"lastSeen,omitempty"`
-	OnlineNodes []string   `bson:"onlineNodes,omitempty"`
+	// LastSeen is when the user's last connection anywhere closed.
+	LastSeen *time.Time `bson:"lastSeen,omitempty"`
 	// TokensValidAfter, if set, refuses the user's tokens issued before it (a revocation).
 	TokensValidAfter *time.Time `bson:"tokensValidAfter,omitempty"`
 	// DeletedAt marks a tombstone: the account was deleted then.
