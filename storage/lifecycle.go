@@ -146,6 +146,9 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 	if err := s.deleteBlocksOf(ctx, userID); err != nil {
 		return out, err
 	}
+	if _, err := s.presence.DeleteMany(ctx, bson.D{{Key: "userId", Value: userID}}); err != nil {
+		return out, fmt.Errorf("delete presence of %s: %w", userID, err)
+	}
 	// The account stays as a tombstone, so its tokens never create an empty account again.
 	if err := s.markUserDeleted(ctx, userID); err != nil {
 		return out, err

@@ -1,0 +1,99 @@
+package storage_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/testenv"
+)
+
+// TestLastDisconnectsOnTwoNodesAtOnce: when a user's last connections on two nodes close at the
+// same moment, at least one of the two nodes finds no other node holding the user, so someone
+// announces them offline; and the user is left on no node. Repeated, on the real store.
+func TestLastDisconnectsOnTwoNodesAtOnce(t *testing.T) {
+	s := testenv.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for round := range 20 {
+		for _, node := range []string{"a", "b"} {
+			if _, err := s.MarkOnline(ctx, "alice", node, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		left := make([][]string, 2)
+		for i, node := range []string{"a", "b"} {
+			wg.Go(func() {
+				nodes, err := s.MarkOffline(ctx, "alice", node)
+				if err != nil {
+					t.Error(err)
+				}
+				left[i] = nodes
+			})
+		}
+		wg.Wait()
+		if len(left[0]) > 0 && len(left[1]) > 0 {
+			t.Fatalf("round %d: node a found %v still online and node b found %v: nobody announces alice offline", round, left[0], left[1])
+		}
+		p, err := s.PresenceOf(ctx, []string{"alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nodes := p["alice"].Nodes; len(nodes) > 0 {
+			t.Fatalf("round %d: alice is left on nodes %v", round, nodes)
+		}
+	}
+}
+
+// TestPresenceRecords: marking online twice records one node; a restarted node's records are
+// forgotten; last seen only moves forward; the privacy switch is kept.
+func TestPresenceRecords(t *testing.T) {
+	s := testenv.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.EnsureUser(ctx, storage.User{ID: "alice", Name: "alice", CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := s.MarkOnline(ctx, "alice", "a", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes, err := s.MarkOnline(ctx, "alice", "b", time.Now())
+	if err != nil || !slices.Equal(sorted(nodes), []string{"a", "b"}) {
+		t.Fatalf("alice on a (twice) and b: nodes %v, %v; want [a b]", nodes, err)
+	}
+	if err := s.ForgetNodePresence(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().UTC().Truncate(time.Millisecond)
+	if err := s.SetLastSeen(ctx, "alice", later); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetLastSeen(ctx, "alice", later.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetHidePresence(ctx, "alice", true); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.PresenceOf(ctx, []string{"alice", "nobody"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p["alice"]; !slices.Equal(got.Nodes, []string{"b"}) || got.LastSeen == nil || !got.LastSeen.Equal(later) || !got.Hidden {
+		t.Errorf("alice's presence: %+v; want on b only, last seen %v, hidden", got, later)
+	}
+	if _, ok := p["nobody"]; ok {
+		t.Errorf("a user with no account has a presence")
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
