@@ -51,6 +51,10 @@ func TestDecodeAcceptsEveryFrameType(t *testing.T) {
 		`{"type":"focus","id":"r21","conversationId":"c1"}`,
 		`{"type":"focus","id":"r21"}`,
 		`{"type":"sync","id":"r5","since":{"c1":12},"versions":{"c1":3}}`,
+		`{"type":"delivered","conversationId":"c1","seq":4}`,
+		`{"type":"presence","id":"r22","userIds":["bob","carol"]}`,
+		`{"type":"set_privacy","id":"r13","hidePresence":true}`,
+		`{"type":"set_privacy","id":"r13","hideReceipts":true,"hidePresence":false}`,
 		" \n\t{\"type\":\"list_conversations\"}\n", // surrounding whitespace is not an error
 		`{"type":"send","conversationId":"c1","clientMsgId":"` + testUUID + `","body":"` + strings.Repeat("x", protocol.MaxBodyBytes) + `"}`,
 	} {
@@ -147,7 +151,11 @@ func TestDecodeRefuses(t *testing.T) {
 		{"name too long", `{"type":"create_group","id":"g1","name":"` + strings.Repeat("n", protocol.MaxNameBytes+1) + `"}`, invalid, "g1"},
 		{"too many members", `{"type":"create_group","id":"g1","members":[` + strings.Repeat(`"m",`, protocol.MaxGroupMembers) + `"m"]}`, invalid, "g1"},
 		{"no members to add", `{"type":"add_members","id":"a1","conversationId":"c1","members":[]}`, invalid, "a1"},
-		{"hideReceipts missing", `{"type":"set_privacy","id":"p1"}`, invalid, "p1"},
+		{"no privacy setting", `{"type":"set_privacy","id":"p1"}`, invalid, "p1"},
+		{"delivered without seq", `{"type":"delivered","id":"d1","conversationId":"c1"}`, invalid, "d1"},
+		{"presence of nobody", `{"type":"presence","id":"p2","userIds":[]}`, invalid, "p2"},
+		{"presence of a malformed id", `{"type":"presence","id":"p2","userIds":["a b"]}`, invalid, "p2"},
+		{"presence of too many", `{"type":"presence","id":"p2","userIds":[` + strings.Repeat(`"u",`, protocol.MaxPresenceUsers) + `"u"]}`, invalid, "p2"},
 		{"negative version", `{"type":"sync","id":"y1","versions":{"c1":-1}}`, invalid, "y1"},
 		{"version key no id", `{"type":"sync","id":"y1","versions":{"c.1":1}}`, invalid, "y1"},
 		{"edit without seq", `{"type":"edit_message","id":"e1","conversationId":"c1","body":"b"}`, invalid, "e1"},
