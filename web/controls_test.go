@@ -165,6 +165,7 @@ func TestReplyShowsQuote(t *testing.T) {
 	carol.do("click the quote", chromedp.Click(chromedp.CSS(msgSel(2)+" .quote")))
 	carol.waitFor("bob's message in view with the focus", inView(1)+fmt.Sprintf(` && document.activeElement === document.querySelector(%q)`, msgSel(1)))
 
+	bob.untilShown(1, 2)
 	bob.openMessageMenu(1)
 	bob.do("delete for everyone", chromedp.Click(chromedp.ID("msg-delete")))
 	bob.confirm("Delete for everyone", true)
@@ -182,6 +183,14 @@ func TestReplyToMessageNotLoaded(t *testing.T) {
 		ClientMsgID: uuid.NewString(), Body: "about your first message", ReplyTo: 1}); err != nil {
 		t.Fatalf("alice replies: %v", err)
 	}
+	// Bob has read everything (on another device): the page opens the DM at its newest page.
+	bobPhone := testenv.Connect(t, s.node.URL(), "bob")
+	if err := bobPhone.Post(s.ctx, protocol.ClientFrame{Type: protocol.TypeRead, ConversationID: s.dm.ID, Seq: 71}); err != nil {
+		t.Fatalf("bob reads on his phone: %v", err)
+	}
+	testenv.Push(t, bobPhone, 10*time.Second, func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeCursor && f.ReadSeq == 71
+	})
 	bob.do("reload, to open the conversation at its newest page", chromedp.Reload())
 	bob.waitConnected()
 	bob.waitFor("the reply, with the first message not loaded", fmt.Sprintf(`document.getElementById('messages').dataset.lastSeq === '71' && Number(document.getElementById('messages').dataset.firstSeq) > 1 && (q => !!q && q.classList.contains('missing') && q.textContent === 'a message')(document.querySelector(%q))`, msgSel(71)+" .quote"))

@@ -1032,6 +1032,7 @@
     observeMessages();
     updateCue();
     updateSlider(c);
+    renderReplyBar(); // the answered message may have been loaded or deleted meanwhile
     // After layout, look at what the user sees: mark it read, and fetch more if an edge that has
     // more is in view (a short page, or a gap found after a reconnect scrolls nothing).
     setTimeout(() => { maybeLoadMore(); markVisibleRead(); }, 0);
@@ -1673,7 +1674,7 @@
   // failureText is "<what could not be done>: <why>." for a refused request, in the server's words.
   function failureText(what, err) {
     const why = errorText(err).replace(/\.$/, '');
-    return `${what}: ${why}.`;
+    return `${what}: ${why.charAt(0).toLowerCase()}${why.slice(1)}.`;
   }
 
   // confirmAction asks before something that cannot be undone; it resolves true for the confirm
