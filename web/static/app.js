@@ -32,6 +32,7 @@
   const LONG_PRESS_MS = 500; // a touch held this long opens the message menu (the platform's own long-press is longer)
   const LONG_PRESS_SLOP_PX = 10; // a finger that moves further is scrolling, not pressing
   const QUOTE_CHARS = 80; // how much of a replied-to message its quote shows
+  const MENU_SCROLL_CLOSE_PX = 40; // the message menu closes once its message has scrolled this far away
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -1749,7 +1750,7 @@
 
   // ---- Message menu: reply, delete for everyone ------------------------------------------------
 
-  const msgMenuFor = { convId: null, seq: 0 };
+  const msgMenuFor = { convId: null, seq: 0, scrollTop: 0 };
 
   // openMessageMenu opens the menu of the message li next to the box at (its button, or the
   // point a finger held). The menu floats over the pane, kept inside the window.
@@ -1760,6 +1761,7 @@
     if (!m || m.kind !== 'text') return;
     msgMenuFor.convId = c.id;
     msgMenuFor.seq = m.seq;
+    msgMenuFor.scrollTop = ui.scroller.scrollTop;
     ui.msgDelete.hidden = m.senderId !== me(); // only the sender may delete for everyone
     showMenu(ui.msgMenu, li.querySelector('.msg-actions'));
     const r = at;
@@ -1775,11 +1777,11 @@
   const press = { timer: null, x: 0, y: 0, fired: false };
 
   function onListPointerDown(e) {
+    press.fired = false; // a new gesture: a long-press that got no click after it is over
     if (e.pointerType !== 'touch') return;
     const li = e.target.closest('#messages > li[data-seq]');
     if (!li || !li.querySelector('.msg-actions') || e.target.closest('a, button')) return;
     cancelPress();
-    press.fired = false;
     press.x = e.clientX;
     press.y = e.clientY;
     const seq = li.dataset.seq;
@@ -2187,7 +2189,9 @@
   ui.slider.addEventListener('input', sliderText);
   ui.slider.addEventListener('change', () => jumpTo(Number(ui.slider.value)));
   ui.scroller.addEventListener('scroll', () => {
-    if (openMenu.el === ui.msgMenu) closeMenus(); // it floats where its message was
+    // The menu floats where its message was: once the message has moved away, close it. A small
+    // move (a new message followed at the bottom) leaves it open.
+    if (openMenu.el === ui.msgMenu && Math.abs(ui.scroller.scrollTop - msgMenuFor.scrollTop) > MENU_SCROLL_CLOSE_PX) closeMenus();
     state.following = nearBottom();
     maybeLoadMore();
     updateCue();
