@@ -212,6 +212,7 @@ func TestDeleteForEveryone(t *testing.T) {
 	alice.typeMessage("oops, wrong chat", true)
 	alice.typeMessage("this one stays", true)
 	alice.typeMessage("and this one goes too", true)
+	bob.waitFor("3 unread from alice", unreadShown("alice", 3, 3)) // the badge settled before the click
 	bob.clickConversation("alice")
 	bob.untilShown(1, 3)
 
@@ -316,6 +317,7 @@ func TestDeleteConversationForMe(t *testing.T) {
 	alice.openDM("bob")
 	alice.typeMessage("one", true)
 	alice.typeMessage("two", true)
+	bob.waitFor("2 unread from alice", unreadShown("alice", 2, 2))
 	bob.clickConversation("alice")
 	bob.untilShown(1, 2)
 
@@ -408,6 +410,7 @@ func TestReadReceiptsSwitch(t *testing.T) {
 	setReceipts(false)
 	alice.openDM("bob")
 	alice.typeMessage("one", true)
+	bob.waitFor("1 unread from alice", unreadShown("alice", 1, 1))
 	bob.clickConversation("alice")
 	bob.readToBottom(1) // the tab title clears with the server's badge: the read is applied
 	convID := eval[string](alice, `decodeURIComponent(location.hash.slice(3))`)
@@ -440,6 +443,7 @@ func TestBlockUser(t *testing.T) {
 	bob.signIn(n.URL(), "bob")
 	alice.openDM("bob")
 	alice.typeMessage("hi", true)
+	bob.waitFor("1 unread from alice", unreadShown("alice", 1, 1))
 	bob.clickConversation("alice")
 	bob.untilShown(1, 1)
 
