@@ -301,7 +301,7 @@ func TestServerRestart(t *testing.T) {
 	last := int64(3 + sentWhileAway)
 	bob.untilShown(1, last)
 	alice.untilShown(1, last)
-	alice.waitFor("no pending or failed message left", `!document.querySelector('#messages > li:not([data-seq]):not(.divider)')`)
+	alice.waitFor("no pending or failed message left", `!document.querySelector('#messages > li[data-state]:not([data-seq])')`)
 	want := shownMessages(alice)
 	var phone []string
 	resent := 0
@@ -377,7 +377,7 @@ func TestNetworkDrop(t *testing.T) {
 	// The replay carries "lost ack" with its clientMsgId: the page confirms it without a resend,
 	// and then sends "written offline".
 	alice.untilShown(1, 3)
-	alice.waitFor("nothing left unsent", `!document.querySelector('#messages > li:not([data-seq]):not(.divider)')`)
+	alice.waitFor("nothing left unsent", `!document.querySelector('#messages > li[data-state]:not([data-seq])')`)
 	want := []shownMessage{{1, "alice", "one"}, {2, "alice", "lost ack"}, {3, "alice", "written offline"}}
 	assertShown(t, alice, want)
 	assertStored(t, ctx, bobConn, got.ConversationID, want)
@@ -392,7 +392,7 @@ func TestNetworkDrop(t *testing.T) {
 	alice.waitFor("a send refused by the rate limit", `!!document.querySelector('#messages > li[data-state="failed"] button.retry')`)
 	alice.do("retry until the burst is stored", chromedp.Poll[chromedp.Void](`(() => {
 		document.querySelector('#messages > li[data-state="failed"] button.retry')?.click();
-		return document.querySelectorAll('#messages > li[data-seq]').length === 6 && !document.querySelector('#messages > li:not([data-seq])');
+		return document.querySelectorAll('#messages > li[data-seq]').length === 6 && !document.querySelector('#messages > li[data-state]:not([data-seq])');
 	})()`, chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(waitTimeout)))
 	// A retried message may land after one sent later; each must be there once, gapless.
 	shown := shownMessages(alice)

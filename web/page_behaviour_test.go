@@ -186,7 +186,7 @@ func TestFailedSendsResentOnReconnect(t *testing.T) {
 	alice.untilShown(1, 4)
 	want := []shownMessage{{1, "alice", "one"}, {2, "alice", "offline 1"}, {3, "alice", "offline 2"}, {4, "alice", "offline 3"}}
 	assertShown(t, alice, want)
-	alice.waitFor("no message left unsent", `!document.querySelector('#messages > li:not([data-seq]):not(.divider)')`)
+	alice.waitFor("no message left unsent", `!document.querySelector('#messages > li[data-state]:not([data-seq])')`)
 	assertStored(t, s.ctx, s.peer, s.dm.ID, want)
 	ids := map[string]map[string]bool{}
 	for _, raw := range alice.sentFrames() {

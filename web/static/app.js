@@ -28,6 +28,11 @@
   const AUTH_KEY = 'chatd.auth';
   const PENDING_KEY = 'chatd.pending.';
   const READS_KEY = 'chatd.reads.'; // read cursors sent while the page unloaded, in case they were lost
+  const PRIVACY_KEY = 'chatd.privacy.'; // the receipts switch as last set here: the server has no frame that tells it
+  const LONG_PRESS_MS = 500; // a touch held this long opens the message menu (the platform's own long-press is longer)
+  const LONG_PRESS_SLOP_PX = 10; // a finger that moves further is scrolling, not pressing
+  const QUOTE_CHARS = 80; // how much of a replied-to message its quote shows
+  const MENU_SCROLL_CLOSE_PX = 40; // the message menu closes once its message has scrolled this far away
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -42,6 +47,19 @@
     meta: $('conv-meta'), jumpLatest: $('jump-latest'), jump: $('jump'), slider: $('jump-slider'),
     sliderOut: $('jump-output'), scroller: $('scroller'), loading: $('loading'), list: $('messages'),
     typing: $('typing'), composer: $('composer'), input: $('composer-input'), announcer: $('announcer'),
+    notice: $('notice'), noticeText: $('notice-text'), noticeClose: $('notice-close'),
+    convMenuButton: $('conv-menu-button'), convMenu: $('conv-menu'), menuGroupInfo: $('menu-group-info'),
+    menuBlock: $('menu-block'), menuHide: $('menu-hide'), menuLeave: $('menu-leave'),
+    msgMenu: $('msg-menu'), msgReply: $('msg-reply'), msgDelete: $('msg-delete'),
+    replyBar: $('reply-bar'), replySender: $('reply-sender'), replyText: $('reply-text'), replyCancel: $('reply-cancel'),
+    confirm: $('confirm'), confirmTitle: $('confirm-title'), confirmText: $('confirm-text'),
+    confirmOk: $('confirm-ok'), confirmCancel: $('confirm-cancel'),
+    groupInfo: $('group-info'), groupInfoTitle: $('group-info-title'), groupMembersHeading: $('group-members-heading'),
+    groupMemberList: $('group-member-list'), addMembersForm: $('add-members-form'), addMembersInput: $('add-members-input'),
+    groupInfoError: $('group-info-error'),
+    openSettings: $('open-settings'), settings: $('settings'), receiptsSwitch: $('receipts-switch'),
+    receiptsStatus: $('receipts-status'), blockedList: $('blocked-list'), blockedEmpty: $('blocked-empty'),
+    blockForm: $('block-form'), blockUser: $('block-user'), settingsError: $('settings-error'),
   };
 
   // ---- State ----------------------------------------------------------------------------------
@@ -58,6 +76,8 @@
     expanded: new Set(), // "<conversation id>:<seq>" of long messages the user expanded
     following: true, // the open conversation is scrolled to its newest message and should stay there
     view: 0, // bumped when the open conversation or its window is replaced
+    replyTo: new Map(), // conversation id -> seq the next send there answers (the composer shows it)
+    blocks: new Set(), // users this user blocks (list_blocks), for the DM menu and the settings panel
   };
 
   const conn = {
@@ -172,9 +192,14 @@
     localStorage.removeItem(AUTH_KEY);
     state.auth = null;
     disconnect();
+    closeMenus();
+    for (const d of [ui.confirm, ui.groupInfo, ui.settings]) if (d.open) d.close();
+    hideNotice();
     state.convs.clear();
     state.windows.clear();
     state.pending.clear();
+    state.replyTo.clear();
+    state.blocks.clear();
     state.openId = null;
     state.total = 0;
     ui.convList.replaceChildren();
@@ -365,6 +390,7 @@
       return;
     }
     applyConversationList(reply.conversations || []);
+    loadBlocks();
     resendSavedReads();
     setStatus('connected', 'Connected');
     resendFailed();
@@ -441,6 +467,7 @@
   function removeConv(id) {
     state.convs.delete(id);
     state.windows.delete(id);
+    state.replyTo.delete(id);
     if (state.openId === id) closeConversation();
     recountTotal();
     renderConvList();
@@ -629,6 +656,7 @@
 
   // renderConvList updates the list in place, so focus stays on the item a keyboard user is on.
   function renderConvList() {
+    renderGroupInfo(); // members change with the list (a join, a leave, a removal)
     const convs = [...state.convs.values()].filter((c) => c.lastSeq >= c.firstSeq || c.lastSeq === 0).sort((a, b) => b.activity - a.activity || (a.id < b.id ? -1 : 1));
     ui.convEmpty.hidden = convs.length > 0;
     renderBackBadge();
@@ -891,7 +919,10 @@
     ui.convBody.hidden = !c;
     if (!c) return;
     ui.title.textContent = convTitle(c);
-    ui.meta.textContent = c.kind === 'group' ? `${c.members.length} members: ${c.members.join(', ')}` : 'Direct message';
+    const peer = dmPeer(c);
+    ui.meta.textContent = c.kind === 'group' ? `${c.members.length} members: ${c.members.join(', ')}`
+      : state.blocks.has(peer) ? `Direct message · you blocked ${peer}` : 'Direct message';
+    renderReplyBar();
     ui.scroller.setAttribute('aria-label', `Messages with ${convTitle(c)}`);
     renderTyping();
   }
@@ -943,23 +974,38 @@
 
     const lastMine = lastOwnSeq(w);
     const items = [];
+    const today = dayKey(new Date());
+    let day = null;
+    // A separator opens each day's messages; its key is the day, so each day has one.
+    const startDay = (iso) => {
+      const d = new Date(iso);
+      const key = Number.isNaN(d.getTime()) ? day : dayKey(d);
+      if (!key || key === day) return;
+      day = key;
+      const label = dayLabel(d);
+      items.push({ key: `d${key}`, sig: `${label}|${today}`, build: () => dateItem(key, label) });
+    };
     for (let s = w.lo; s <= w.hi; s++) {
       const m = w.bySeq.get(s);
       if (!m) continue;
+      startDay(m.createdAt);
       if (state.divider && state.divider.convId === c.id && s === state.divider.afterSeq + 1) {
         items.push({ key: 'divider', sig: 'divider', build: dividerItem });
       }
       const mine = m.senderId === myId;
       const status = mine ? sentStatus(c, m, s === lastMine) : null;
+      const quote = m.replyTo && m.kind === 'text' ? quoteOf(w, m.replyTo) : null;
       items.push({
-        key: `s${s}`, sig: [m.kind, m.body, status && status.sig].join('|'),
-        build: () => messageItem(c, m, status),
+        key: `s${s}`, sig: [m.kind, m.body, status && status.sig, quote && quote.sig].join('|'),
+        build: () => messageItem(c, m, status, quote),
       });
     }
     if (!w.hasAfter) {
       for (const p of state.pending.values()) {
         if (p.convId !== c.id) continue;
-        items.push({ key: `p${p.clientMsgId}`, sig: `${p.state}|${p.error || ''}`, build: () => pendingItem(c, p) });
+        startDay(p.createdAt);
+        const quote = p.replyTo ? quoteOf(w, p.replyTo) : null;
+        items.push({ key: `p${p.clientMsgId}`, sig: `${p.state}|${p.error || ''}|${quote ? quote.sig : ''}`, build: () => pendingItem(c, p, quote) });
       }
     }
     reconcile(ui.list, items);
@@ -987,6 +1033,7 @@
     observeMessages();
     updateCue();
     updateSlider(c);
+    renderReplyBar(); // the answered message may have been loaded or deleted meanwhile
     // After layout, look at what the user sees: mark it read, and fetch more if an edge that has
     // more is in view (a short page, or a gap found after a reconnect scrolls nothing).
     setTimeout(() => { maybeLoadMore(); markVisibleRead(); }, 0);
@@ -1029,9 +1076,12 @@
     else ui.scroller.scrollTop = ui.scroller.scrollHeight;
   }
 
+  // scrollAnchor is the first item in view that keeps its place among its neighbours; a day's
+  // separator does not (it moves up when older messages of that day are loaded above it).
   function scrollAnchor() {
     const top = ui.scroller.getBoundingClientRect().top;
     for (const e of ui.list.children) {
+      if (e.classList.contains('day')) continue;
       const r = e.getBoundingClientRect();
       if (r.bottom > top) return { e, top: r.top };
     }
@@ -1073,6 +1123,26 @@
     return { sig: 'sent', text: '✓', label: 'Sent' };
   }
 
+  // dayKey names a local calendar day; dayLabel says it the way chat apps do.
+  function dayKey(d) {
+    return `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, '0')}-${String(d.getDate()).padStart(2, '0')}`;
+  }
+
+  function dayLabel(d) {
+    const midnight = (x) => new Date(x.getFullYear(), x.getMonth(), x.getDate()).getTime();
+    const days = Math.round((midnight(new Date()) - midnight(d)) / 86400000);
+    if (days === 0) return 'Today';
+    if (days === 1) return 'Yesterday';
+    if (days > 1 && days < 7) return d.toLocaleDateString([], { weekday: 'long' });
+    const sameYear = d.getFullYear() === new Date().getFullYear();
+    return d.toLocaleDateString([], { weekday: 'short', day: 'numeric', month: 'long', year: sameYear ? undefined : 'numeric' });
+  }
+
+  // dateItem is a day's separator: a list item with no seq and no state, so not a message.
+  function dateItem(key, label) {
+    return h('li', { class: 'day', role: 'separator', 'aria-label': label, 'data-day': key }, h('span', {}, label));
+  }
+
   function dividerItem() {
     return h('li', { class: 'divider', role: 'separator', 'aria-label': 'New messages' }, h('span', {}, 'New messages'));
   }
@@ -1084,12 +1154,12 @@
     if (m.kind === 'deleted') return h('p', { class: 'body deleted' }, 'This message was deleted.');
     const text = m.body || '';
     const preview = previewOf(text);
-    if (preview === null) return h('p', { class: 'body', dir: 'auto' }, text);
+    if (preview === null) return h('p', { class: 'body', dir: 'auto' }, linkify(text));
     const key = `${convId}:${m.seq}`;
     const body = h('p', { class: 'body', dir: 'auto', id: `body-${m.seq}` });
     const toggle = h('button', { type: 'button', class: 'show-more link', 'aria-controls': body.id });
     const show = (expanded) => {
-      body.textContent = expanded ? text : preview;
+      body.replaceChildren(linkify(expanded ? text : preview));
       toggle.textContent = expanded ? 'Show less' : 'Show more';
       toggle.setAttribute('aria-expanded', String(expanded));
     };
@@ -1102,6 +1172,47 @@
     const frag = document.createDocumentFragment();
     frag.append(body, toggle);
     return frag;
+  }
+
+  // linkify turns the http and https addresses in a text into links, built as DOM nodes (never
+  // HTML): the rest stays text, and no other scheme (javascript:, data:) ever becomes a link.
+  // Links open in a new tab without telling it where they came from (noopener noreferrer).
+  const URL_PATTERN = /\bhttps?:\/\/[^\s<>"\u2026]+/gi;
+  function linkify(text) {
+    const frag = document.createDocumentFragment();
+    let last = 0;
+    for (const match of text.matchAll(URL_PATTERN)) {
+      const raw = trimUrlEnd(match[0]);
+      const href = safeHref(raw);
+      if (!href) continue;
+      frag.append(text.slice(last, match.index),
+        h('a', { href, target: '_blank', rel: 'noopener noreferrer' }, raw));
+      last = match.index + raw.length;
+    }
+    frag.append(text.slice(last));
+    return frag;
+  }
+
+  // trimUrlEnd leaves the punctuation that ends a sentence out of an address ("see https://x.org.")
+  // and a closing bracket that has no opening one inside it ("(https://x.org)").
+  function trimUrlEnd(raw) {
+    let url = raw;
+    for (;;) {
+      const last = url.slice(-1);
+      if ('.,;:!?\'"'.includes(last)) { url = url.slice(0, -1); continue; }
+      const open = { ')': '(', ']': '[', '}': '{' }[last];
+      if (open && url.split(open).length < url.split(last).length) { url = url.slice(0, -1); continue; }
+      return url;
+    }
+  }
+
+  function safeHref(raw) {
+    try {
+      const u = new URL(raw);
+      return u.protocol === 'http:' || u.protocol === 'https:' ? u.href : null;
+    } catch {
+      return null;
+    }
   }
 
   // previewOf is the start of a long text, cut at a line end or PREVIEW_CHARS; null for a text
@@ -1120,7 +1231,7 @@
     return `${text.slice(0, end).trimEnd()}…`;
   }
 
-  function messageItem(c, m, status) {
+  function messageItem(c, m, status, quote) {
     const mine = m.senderId === me();
     if (m.kind === 'system') {
       return h('li', { class: 'msg system', 'data-seq': m.seq }, h('p', { class: 'body', dir: 'auto' }, m.body || ''));
@@ -1131,20 +1242,29 @@
     };
     if (status && status.read !== undefined) attrs['data-read'] = String(status.read);
     if (status && status.readBy !== undefined) attrs['data-read-by'] = String(status.readBy);
-    return h('li', attrs,
-      h('div', { class: 'bubble' },
-        h('span', { class: mine || c.kind === 'dm' ? 'sr-only' : 'sender' }, mine ? 'You' : m.senderId),
-        bodyOf(m, c.id),
-        h('span', { class: 'meta' },
-          h('time', { datetime: m.createdAt }, formatTime(m.createdAt)),
-          status ? h('span', { class: `tick ${status.sig}`, role: 'img', 'aria-label': status.label, title: status.title || status.label }, status.text) : null)));
+    const who = mine ? 'your message' : `message from ${m.senderId}`;
+    // A tombstone has nothing left to answer or delete: no menu.
+    const menuButton = m.kind === 'text' ? h('button', {
+      type: 'button', class: 'msg-actions', 'aria-haspopup': 'menu', 'aria-expanded': 'false',
+      'aria-controls': 'msg-menu', 'aria-label': `Options for ${who}`,
+    }, h('span', { 'aria-hidden': 'true' }, '⋯')) : null;
+    const bubble = h('div', { class: 'bubble' },
+      h('span', { class: mine || c.kind === 'dm' ? 'sr-only' : 'sender' }, mine ? 'You' : m.senderId),
+      quote ? quoteItem(quote) : null,
+      bodyOf(m, c.id),
+      h('span', { class: 'meta' },
+        h('time', { datetime: m.createdAt }, formatTime(m.createdAt)),
+        status ? h('span', { class: `tick ${status.sig}`, role: 'img', 'aria-label': status.label, title: status.title || status.label }, status.text) : null));
+    // The button sits beside the bubble, on the side facing the middle of the pane.
+    return mine ? h('li', attrs, menuButton, bubble) : h('li', attrs, bubble, menuButton);
   }
 
-  function pendingItem(c, p) {
+  function pendingItem(c, p, quote) {
     const failed = p.state === 'failed';
     return h('li', { class: `msg mine ${p.state}`, 'data-state': p.state, 'data-client-msg-id': p.clientMsgId },
       h('div', { class: 'bubble' },
         h('span', { class: 'sr-only' }, 'You'),
+        quote ? quoteItem(quote) : null,
         h('p', { class: 'body', dir: 'auto' }, previewOf(p.body) ?? p.body),
         h('span', { class: 'meta' }, failed
           ? h('span', { class: 'fail', role: 'alert' }, p.error || 'Not sent.')
@@ -1330,7 +1450,7 @@
 
   function savePending() {
     if (!state.auth) return;
-    const list = [...state.pending.values()].map(({ clientMsgId, convId, body, createdAt }) => ({ clientMsgId, convId, body, createdAt }));
+    const list = [...state.pending.values()].map(({ clientMsgId, convId, body, createdAt, replyTo }) => ({ clientMsgId, convId, body, createdAt, replyTo }));
     if (list.length) localStorage.setItem(PENDING_KEY + me(), JSON.stringify(list));
     else localStorage.removeItem(PENDING_KEY + me());
   }
@@ -1344,6 +1464,10 @@
     autosize();
     checkDraft();
     const p = { clientMsgId: uuid(), convId: c.id, body, createdAt: new Date().toISOString(), state: 'sending' };
+    const replyTo = state.replyTo.get(c.id);
+    if (replyTo) p.replyTo = replyTo; // the pending message keeps it: a failed send is retried as the same reply
+    state.replyTo.delete(c.id);
+    renderReplyBar();
     state.pending.set(p.clientMsgId, p);
     savePending();
     const w = openWindow();
@@ -1418,7 +1542,9 @@
     p.error = '';
     if (p.convId === state.openId) renderMessages({ bottom: true });
     try {
-      const ack = await request({ type: 'send', conversationId: p.convId, clientMsgId: p.clientMsgId, body: p.body }, SEND_TIMEOUT_MS);
+      const frame = { type: 'send', conversationId: p.convId, clientMsgId: p.clientMsgId, body: p.body };
+      if (p.replyTo) frame.replyTo = p.replyTo;
+      const ack = await request(frame, SEND_TIMEOUT_MS);
       confirmSend(p.clientMsgId, ackedMessage(ack, p));
       return null;
     } catch (err) {
@@ -1439,7 +1565,7 @@
     if (!p) return null;
     return {
       conversationId: ack.conversationId || p.convId, seq: ack.seq, senderId: me(), kind: 'text',
-      body: p.body, createdAt: ack.createdAt || p.createdAt, clientMsgId: p.clientMsgId,
+      body: p.body, createdAt: ack.createdAt || p.createdAt, clientMsgId: p.clientMsgId, replyTo: p.replyTo,
     };
   }
 
@@ -1532,6 +1658,481 @@
     ui.input.style.height = `${Math.min(ui.input.scrollHeight, 160)}px`;
   }
 
+  // ---- Notices and confirmations ---------------------------------------------------------------
+
+  // showNotice says, under the top bar, why something the user asked for did not happen. It stays
+  // until dismissed or replaced: a refusal that vanished by itself could go unread.
+  function showNotice(text) {
+    ui.noticeText.textContent = text;
+    ui.notice.hidden = false;
+  }
+
+  function hideNotice() {
+    ui.notice.hidden = true;
+    ui.noticeText.textContent = '';
+  }
+
+  // failureText is "<what could not be done>: <why>." for a refused request, in the server's words.
+  function failureText(what, err) {
+    const why = errorText(err).replace(/\.$/, '');
+    return `${what}: ${why.charAt(0).toLowerCase()}${why.slice(1)}.`;
+  }
+
+  // confirmAction asks before something that cannot be undone; it resolves true for the confirm
+  // button, false for Cancel, Escape or a click beside the dialog.
+  function confirmAction({ title, text, ok }) {
+    ui.confirmTitle.textContent = title;
+    ui.confirmText.textContent = text;
+    ui.confirmOk.textContent = ok;
+    const opener = document.activeElement;
+    return new Promise((resolve) => {
+      const done = (yes) => {
+        ui.confirmOk.onclick = null;
+        ui.confirmCancel.onclick = null;
+        ui.confirm.onclose = null;
+        if (ui.confirm.open) ui.confirm.close();
+        if (opener && opener.isConnected) opener.focus();
+        resolve(yes);
+      };
+      ui.confirmOk.onclick = () => done(true);
+      ui.confirmCancel.onclick = () => done(false);
+      ui.confirm.onclose = () => done(false); // Escape
+      ui.confirm.showModal();
+      ui.confirmCancel.focus(); // the safe choice has the focus
+    });
+  }
+
+  // ---- Menus -----------------------------------------------------------------------------------
+
+  // One menu is open at a time. It takes the focus, arrows move through its items, Escape (or Tab,
+  // or a click elsewhere) closes it, and the focus goes back to the button that opened it.
+  const openMenu = { el: null, trigger: null };
+
+  function showMenu(el, trigger) {
+    closeMenus();
+    openMenu.el = el;
+    openMenu.trigger = trigger;
+    el.hidden = false;
+    if (trigger) trigger.setAttribute('aria-expanded', 'true');
+    menuItems(el)[0]?.focus();
+  }
+
+  function closeMenus({ restoreFocus = false } = {}) {
+    const { el, trigger } = openMenu;
+    if (!el) return;
+    el.hidden = true;
+    openMenu.el = null;
+    openMenu.trigger = null;
+    if (trigger) trigger.setAttribute('aria-expanded', 'false');
+    if (restoreFocus && trigger && trigger.isConnected) trigger.focus();
+  }
+
+  const menuItems = (el) => [...el.querySelectorAll('[role="menuitem"]')].filter((b) => !b.hidden);
+
+  function onMenuKey(e) {
+    const items = menuItems(e.currentTarget);
+    const i = items.indexOf(document.activeElement);
+    if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
+      e.preventDefault();
+      const next = (i + (e.key === 'ArrowDown' ? 1 : -1) + items.length) % items.length;
+      items[next].focus();
+    } else if (e.key === 'Home' || e.key === 'End') {
+      e.preventDefault();
+      items[e.key === 'Home' ? 0 : items.length - 1].focus();
+    } else if (e.key === 'Escape') {
+      e.preventDefault();
+      closeMenus({ restoreFocus: true });
+    } else if (e.key === 'Tab') {
+      closeMenus({ restoreFocus: true });
+      e.preventDefault();
+    }
+  }
+
+  // ---- Message menu: reply, delete for everyone ------------------------------------------------
+
+  const msgMenuFor = { convId: null, seq: 0, scrollTop: 0 };
+
+  // openMessageMenu opens the menu of the message li next to the box at (its button, or the
+  // point a finger held). The menu floats over the pane, kept inside the window.
+  function openMessageMenu(li, at) {
+    const c = openConv();
+    const w = openWindow();
+    const m = c && w && w.bySeq.get(Number(li.dataset.seq));
+    if (!m || m.kind !== 'text') return;
+    msgMenuFor.convId = c.id;
+    msgMenuFor.seq = m.seq;
+    msgMenuFor.scrollTop = ui.scroller.scrollTop;
+    ui.msgDelete.hidden = m.senderId !== me(); // only the sender may delete for everyone
+    showMenu(ui.msgMenu, li.querySelector('.msg-actions'));
+    const r = at;
+    const mr = ui.msgMenu.getBoundingClientRect();
+    const left = li.classList.contains('mine') ? r.right - mr.width : r.left;
+    const below = r.bottom + 4 + mr.height <= window.innerHeight;
+    ui.msgMenu.style.left = `${Math.max(8, Math.min(left, window.innerWidth - mr.width - 8))}px`;
+    ui.msgMenu.style.top = `${below ? r.bottom + 4 : Math.max(8, r.top - mr.height - 4)}px`;
+  }
+
+  // Long-press: a touch held still on a bubble for LONG_PRESS_MS opens its menu. The click and the
+  // platform's context menu that follow the release are swallowed.
+  const press = { timer: null, x: 0, y: 0, fired: false };
+
+  function onListPointerDown(e) {
+    press.fired = false; // a new gesture: a long-press that got no click after it is over
+    if (e.pointerType !== 'touch') return;
+    const li = e.target.closest('#messages > li[data-seq]');
+    if (!li || !li.querySelector('.msg-actions') || e.target.closest('a, button')) return;
+    cancelPress();
+    press.x = e.clientX;
+    press.y = e.clientY;
+    const seq = li.dataset.seq;
+    press.timer = setTimeout(() => {
+      press.timer = null;
+      press.fired = true;
+      // The item may have been redrawn meanwhile (a tick changed): find it again by its seq.
+      const now = ui.list.querySelector(`li[data-seq="${seq}"]`);
+      const point = { left: press.x, right: press.x, top: press.y, bottom: press.y };
+      if (now) openMessageMenu(now, point);
+    }, LONG_PRESS_MS);
+  }
+
+  function onListPointerMove(e) {
+    if (press.timer && Math.hypot(e.clientX - press.x, e.clientY - press.y) > LONG_PRESS_SLOP_PX) cancelPress();
+  }
+
+  function cancelPress() {
+    clearTimeout(press.timer);
+    press.timer = null;
+  }
+
+  function onListClick(e) {
+    if (press.fired) { // the release of a long-press
+      press.fired = false;
+      e.preventDefault();
+      return;
+    }
+    const button = e.target.closest('.msg-actions');
+    if (button) {
+      if (openMenu.el === ui.msgMenu && openMenu.trigger === button) closeMenus({ restoreFocus: true });
+      else openMessageMenu(button.closest('li'), button.getBoundingClientRect());
+      return;
+    }
+    const quote = e.target.closest('.quote');
+    if (quote) jumpToMessage(Number(quote.dataset.seq));
+  }
+
+  function startReply() {
+    const { convId, seq } = msgMenuFor;
+    closeMenus();
+    if (convId !== state.openId) return;
+    state.replyTo.set(convId, seq);
+    renderReplyBar();
+    ui.input.focus();
+  }
+
+  function cancelReply() {
+    state.replyTo.delete(state.openId);
+    renderReplyBar();
+    ui.input.focus();
+  }
+
+  // renderReplyBar shows over the composer what the next send answers, with a button to cancel.
+  function renderReplyBar() {
+    const seq = state.openId && state.replyTo.get(state.openId);
+    const w = openWindow();
+    ui.replyBar.hidden = !seq;
+    if (!seq) return;
+    const q = quoteOf(w, seq);
+    ui.replySender.textContent = q.sender || '';
+    ui.replyText.textContent = q.text;
+    ui.replyBar.dataset.seq = String(seq);
+  }
+
+  // quoteOf is what a reply shows of the message it answers, from the messages the page holds:
+  // its sender and the start of its text; "a message" when it is not loaded, "deleted message"
+  // for a tombstone. sig changes whenever what it shows does.
+  function quoteOf(w, seq) {
+    const m = w && w.bySeq.get(seq);
+    let q;
+    if (!m) q = { seq, sender: '', text: 'a message', state: 'missing' };
+    else if (m.kind === 'deleted') q = { seq, sender: '', text: 'deleted message', state: 'deleted' };
+    else {
+      const text = (m.body || '').replace(/\s+/g, ' ').trim();
+      q = { seq, sender: m.senderId === me() ? 'You' : m.senderId, state: 'loaded',
+        text: text.length > QUOTE_CHARS ? `${text.slice(0, QUOTE_CHARS).trimEnd()}…` : text };
+    }
+    q.sig = `${q.state}:${q.sender}:${q.text}`;
+    return q;
+  }
+
+  function quoteItem(q) {
+    const label = q.state === 'loaded' ? `Reply to ${q.sender}: ${q.text}. Show the message` : `Reply to ${q.text}. Show the message`;
+    return h('button', { type: 'button', class: `quote ${q.state}`, 'data-seq': q.seq, 'aria-label': label },
+      q.sender ? h('span', { class: 'quote-sender' }, q.sender) : null,
+      h('span', { class: 'quote-text', dir: 'auto' }, q.text));
+  }
+
+  // jumpToMessage brings a replied-to message into view and gives it the focus; one outside the
+  // loaded window is loaded around it first.
+  function jumpToMessage(seq) {
+    const e = ui.list.querySelector(`li[data-seq="${seq}"]`);
+    if (!e) { jumpTo(seq); return; }
+    const sc = ui.scroller;
+    sc.scrollTop += e.getBoundingClientRect().top - sc.getBoundingClientRect().top - sc.clientHeight / 3;
+    e.tabIndex = -1;
+    e.focus({ preventScroll: true });
+    flash(e);
+  }
+
+  async function deleteForEveryone() {
+    const { convId, seq } = msgMenuFor;
+    closeMenus();
+    const ok = await confirmAction({
+      title: 'Delete for everyone?',
+      text: 'The message is removed for every member of the conversation. This cannot be undone.',
+      ok: 'Delete',
+    });
+    if (!ok) return;
+    try {
+      await request({ type: 'delete_message', conversationId: convId, seq });
+      onDeleted({ conversationId: convId, seq }); // the deleted frame follows; applying it twice is harmless
+      announce('Message deleted');
+    } catch (err) {
+      showNotice(failureText('Could not delete the message', err));
+    }
+  }
+
+  // ---- Conversation menu -----------------------------------------------------------------------
+
+  const dmPeer = (c) => (c && c.kind === 'dm' ? c.members.find((m) => m !== me()) || '' : '');
+
+  function openConvMenu() {
+    const c = openConv();
+    if (!c) return;
+    if (openMenu.el === ui.convMenu) { closeMenus({ restoreFocus: true }); return; }
+    const peer = dmPeer(c);
+    ui.menuGroupInfo.hidden = c.kind !== 'group';
+    ui.menuLeave.hidden = c.kind !== 'group';
+    ui.menuBlock.hidden = !peer;
+    ui.menuBlock.textContent = state.blocks.has(peer) ? `Unblock ${peer}` : `Block ${peer}`;
+    showMenu(ui.convMenu, ui.convMenuButton);
+  }
+
+  async function hideConversation() {
+    const c = openConv();
+    closeMenus();
+    if (!c) return;
+    const ok = await confirmAction({
+      title: 'Delete this conversation for you?',
+      text: `${convTitle(c)} leaves your list and its history is cleared for you; the others keep theirs. A new message brings it back.`,
+      ok: 'Delete for me',
+    });
+    if (!ok) return;
+    try {
+      await request({ type: 'hide_conversation', conversationId: c.id });
+      onHidden({ conversationId: c.id, seq: c.lastSeq }); // the hidden frame says the same
+    } catch (err) {
+      showNotice(failureText('Could not delete the conversation', err));
+    }
+  }
+
+  async function leaveGroup() {
+    const c = openConv();
+    closeMenus();
+    if (!c || c.kind !== 'group') return;
+    const ok = await confirmAction({
+      title: `Leave ${convTitle(c)}?`,
+      text: 'You stop getting its messages. Someone in the group can add you again.',
+      ok: 'Leave group',
+    });
+    if (!ok) return;
+    try {
+      await request({ type: 'leave', conversationId: c.id });
+      removeConv(c.id); // the removed frame says the same
+      announce(`You left ${convTitle(c)}`);
+    } catch (err) {
+      showNotice(failureText('Could not leave the group', err));
+    }
+  }
+
+  async function toggleBlockFromMenu() {
+    const peer = dmPeer(openConv());
+    closeMenus();
+    if (!peer) return;
+    if (state.blocks.has(peer)) { await setBlocked(peer, false, showNotice); return; }
+    const ok = await confirmAction({
+      title: `Block ${peer}?`,
+      text: 'Neither of you can message the other or add the other to a group until you unblock. They are not told.',
+      ok: 'Block',
+    });
+    if (ok) await setBlocked(peer, true, showNotice);
+  }
+
+  // setBlocked blocks or unblocks a user; a refusal is told through report. It resolves true on
+  // success.
+  async function setBlocked(userId, block, report) {
+    try {
+      await request({ type: block ? 'block_user' : 'unblock_user', userId });
+    } catch (err) {
+      report(failureText(block ? `Could not block ${userId}` : `Could not unblock ${userId}`, err));
+      return false;
+    }
+    if (block) state.blocks.add(userId); else state.blocks.delete(userId);
+    announce(block ? `${userId} is blocked` : `${userId} is unblocked`);
+    renderBlocks();
+    if (state.openId) showConversation();
+    return true;
+  }
+
+  // loadBlocks asks who this user blocks; a block made on another device shows after a reconnect.
+  async function loadBlocks() {
+    try {
+      const r = await request({ type: 'list_blocks' });
+      state.blocks = new Set(r.userIds || []);
+      renderBlocks();
+      if (state.openId) showConversation();
+    } catch (err) {
+      if (ui.settings.open) ui.settingsError.textContent = failureText('Could not load the blocked users', err);
+    }
+  }
+
+  // ---- Group info ------------------------------------------------------------------------------
+
+  let groupInfoId = null; // the group the open panel shows
+
+  function openGroupInfo() {
+    const c = openConv();
+    closeMenus();
+    if (!c || c.kind !== 'group') return;
+    groupInfoId = c.id;
+    ui.groupInfoError.textContent = '';
+    ui.groupInfo.showModal();
+    renderGroupInfo(); // after showModal: it renders only an open panel
+    ui.addMembersInput.focus();
+  }
+
+  // renderGroupInfo updates the open panel in place (a member joined or left meanwhile); it closes
+  // when the user is no longer in the group.
+  function renderGroupInfo() {
+    if (!ui.groupInfo.open) return;
+    const c = state.convs.get(groupInfoId);
+    if (!c) { ui.groupInfo.close(); return; }
+    ui.groupInfoTitle.textContent = convTitle(c);
+    ui.groupMembersHeading.textContent = `${c.members.length} member${c.members.length === 1 ? '' : 's'}`;
+    // The page cannot tell who created the group (the conversation frame does not say), so every
+    // member gets Remove and the server's refusal is shown for those who may not.
+    reconcile(ui.groupMemberList, c.members.map((u) => ({
+      key: u,
+      sig: u === me() ? 'me' : 'other',
+      build: () => h('li', { class: 'member', 'data-user': u },
+        h('span', { class: 'avatar', 'aria-hidden': 'true' }, u.slice(0, 1).toUpperCase()),
+        h('span', { class: 'member-name' }, u === me() ? `${u} (you)` : u),
+        u === me() ? null : h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${u} from the group`, onclick: () => removeMember(u) }, 'Remove')),
+    })));
+  }
+
+  async function addMembers(ev) {
+    ev.preventDefault();
+    const c = state.convs.get(groupInfoId);
+    const members = ui.addMembersInput.value.split(/[,\s]+/).map(userIdOf).filter(Boolean);
+    if (!c || !members.length) return;
+    ui.groupInfoError.textContent = '';
+    try {
+      await request({ type: 'add_members', conversationId: c.id, members });
+      ui.addMembersInput.value = ''; // kept on a refusal, to be corrected
+      announce(`Added ${members.join(', ')}`);
+      refreshListSoon(); // the members, also if the system message is slow to come
+    } catch (err) {
+      ui.groupInfoError.textContent = failureText(`Could not add ${members.join(', ')}`, err);
+    }
+  }
+
+  async function removeMember(userId) {
+    const c = state.convs.get(groupInfoId);
+    if (!c) return;
+    const ok = await confirmAction({
+      title: `Remove ${userId}?`,
+      text: `${userId} leaves ${convTitle(c)} and stops getting its messages.`,
+      ok: 'Remove',
+    });
+    if (!ok) return;
+    ui.groupInfoError.textContent = '';
+    try {
+      await request({ type: 'remove_member', conversationId: c.id, userId });
+      announce(`Removed ${userId}`);
+      refreshListSoon();
+    } catch (err) {
+      ui.groupInfoError.textContent = failureText(`Could not remove ${userId}`, err);
+    }
+  }
+
+  // ---- Settings --------------------------------------------------------------------------------
+
+  function openSettings() {
+    ui.settingsError.textContent = '';
+    ui.receiptsSwitch.checked = localStorage.getItem(PRIVACY_KEY + me()) !== 'hidden';
+    ui.receiptsStatus.textContent = '';
+    renderBlocks();
+    ui.settings.showModal();
+    ui.receiptsSwitch.focus();
+    if (conn.live) loadBlocks();
+  }
+
+  async function setReceipts() {
+    const send = ui.receiptsSwitch.checked;
+    ui.receiptsSwitch.disabled = true;
+    ui.receiptsStatus.textContent = 'Saving…';
+    try {
+      await request({ type: 'set_privacy', hideReceipts: !send });
+      localStorage.setItem(PRIVACY_KEY + me(), send ? 'shown' : 'hidden');
+      ui.receiptsStatus.textContent = send ? 'Others see when you have read their messages.' : 'Your read receipts are hidden.';
+    } catch (err) {
+      ui.receiptsSwitch.checked = !send; // the server kept the old setting
+      ui.receiptsStatus.textContent = '';
+      ui.settingsError.textContent = failureText('Could not change read receipts', err);
+    } finally {
+      ui.receiptsSwitch.disabled = false;
+    }
+  }
+
+  function renderBlocks() {
+    const ids = [...state.blocks].sort();
+    ui.blockedEmpty.hidden = ids.length > 0;
+    reconcile(ui.blockedList, ids.map((u) => ({
+      key: u,
+      sig: u,
+      build: () => h('li', { class: 'member', 'data-user': u },
+        h('span', { class: 'member-name' }, u),
+        h('button', { type: 'button', class: 'link unblock', 'aria-label': `Unblock ${u}`, onclick: () => unblockFromSettings(u) }, 'Unblock')),
+    })));
+  }
+
+  async function unblockFromSettings(userId) {
+    ui.settingsError.textContent = '';
+    if (await setBlocked(userId, false, (t) => { ui.settingsError.textContent = t; })) ui.blockUser.focus();
+  }
+
+  async function blockFromSettings(ev) {
+    ev.preventDefault();
+    const userId = userIdOf(ui.blockUser.value);
+    if (!userId) return;
+    ui.settingsError.textContent = '';
+    if (await setBlocked(userId, true, (t) => { ui.settingsError.textContent = t; })) ui.blockUser.value = '';
+  }
+
+  // signOutHere forgets this device's sign-in; unsent messages would go with it, so it asks first.
+  async function signOutHere() {
+    const unsent = state.pending.size;
+    if (unsent > 0) {
+      const ok = await confirmAction({
+        title: 'Sign out of this device?',
+        text: `${unsent} message${unsent === 1 ? ' is' : 's are'} not sent yet and will be discarded.`,
+        ok: 'Sign out',
+      });
+      if (!ok) return;
+    }
+    signOut();
+  }
+
   // ---- Wiring ----------------------------------------------------------------------------------
 
   // The skip link focuses the message box (or, with no conversation open, the DM box) without
@@ -1541,7 +2142,40 @@
     (ui.convBody.hidden ? ui.dmUser : ui.input).focus();
   });
   ui.loginForm.addEventListener('submit', signIn);
-  ui.signOut.addEventListener('click', () => signOut());
+  ui.signOut.addEventListener('click', signOutHere);
+  ui.openSettings.addEventListener('click', openSettings);
+  ui.noticeClose.addEventListener('click', hideNotice);
+  ui.convMenuButton.addEventListener('click', openConvMenu);
+  ui.menuGroupInfo.addEventListener('click', openGroupInfo);
+  ui.menuBlock.addEventListener('click', toggleBlockFromMenu);
+  ui.menuHide.addEventListener('click', hideConversation);
+  ui.menuLeave.addEventListener('click', leaveGroup);
+  ui.msgReply.addEventListener('click', startReply);
+  ui.msgDelete.addEventListener('click', deleteForEveryone);
+  ui.replyCancel.addEventListener('click', cancelReply);
+  ui.addMembersForm.addEventListener('submit', addMembers);
+  ui.receiptsSwitch.addEventListener('change', setReceipts);
+  ui.blockForm.addEventListener('submit', blockFromSettings);
+  for (const menu of [ui.convMenu, ui.msgMenu]) menu.addEventListener('keydown', onMenuKey);
+  // A click anywhere but in the open menu or on its button closes it.
+  document.addEventListener('pointerdown', (e) => {
+    if (openMenu.el && !openMenu.el.contains(e.target) && !(openMenu.trigger && openMenu.trigger.contains(e.target))) closeMenus();
+  });
+  for (const d of [ui.groupInfo, ui.settings]) {
+    d.addEventListener('click', (e) => {
+      // The close button, or a click on the backdrop: the dialog element itself, outside its box.
+      const r = d.getBoundingClientRect();
+      const outside = e.target === d && (e.clientX < r.left || e.clientX > r.right || e.clientY < r.top || e.clientY > r.bottom);
+      if (e.target.closest('[data-close]') || outside) d.close();
+    });
+  }
+  ui.list.addEventListener('click', onListClick);
+  ui.list.addEventListener('pointerdown', onListPointerDown);
+  ui.list.addEventListener('pointermove', onListPointerMove, { passive: true });
+  ui.list.addEventListener('pointerup', cancelPress);
+  ui.list.addEventListener('pointercancel', cancelPress);
+  // The browser's own long-press menu, after ours opened, would cover it.
+  ui.list.addEventListener('contextmenu', (e) => { if (press.fired || press.timer) e.preventDefault(); });
   ui.reconnectNow.addEventListener('click', () => { conn.attempt = 0; connect(); });
   ui.dmForm.addEventListener('submit', openDM);
   ui.groupForm.addEventListener('submit', createGroup);
@@ -1555,6 +2189,9 @@
   ui.slider.addEventListener('input', sliderText);
   ui.slider.addEventListener('change', () => jumpTo(Number(ui.slider.value)));
   ui.scroller.addEventListener('scroll', () => {
+    // The menu floats where its message was: once the message has moved away, close it. A small
+    // move (a new message followed at the bottom) leaves it open.
+    if (openMenu.el === ui.msgMenu && Math.abs(ui.scroller.scrollTop - msgMenuFor.scrollTop) > MENU_SCROLL_CLOSE_PX) closeMenus();
     state.following = nearBottom();
     maybeLoadMore();
     updateCue();
@@ -1562,6 +2199,8 @@
     if (c && document.activeElement !== ui.slider) updateSlider(c);
   }, { passive: true });
   document.addEventListener('keydown', (e) => {
+    if (e.defaultPrevented) return;
+    if (e.key === 'Escape' && (openMenu.el || document.querySelector('dialog[open]'))) return; // closes that instead
     if (e.key === 'Escape' && document.body.classList.contains('show-conv') && window.matchMedia('(max-width: 700px)').matches) {
       closeConversation();
     }
