@@ -370,6 +370,7 @@ func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversa
 	}
 	return protocol.Conversation{
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,
-		ReadSeq: read, Unread: unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt, Version: c.LastVersion,
+		ReadSeq: read, Unread: unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt, CreatedBy: c.CreatedBy,
+		Version: c.LastVersion,
 	}
 }

@@ -131,6 +131,8 @@ type Conversation struct {
 	ReadSeq   int64     `json:"readSeq"`
 	Unread    int64     `json:"unread"`
 	CreatedAt time.Time `json:"createdAt"`
+	// CreatedBy is who created a group (the only member who may remove others), or opened a DM.
+	CreatedBy string `json:"createdBy,omitempty"`
 	// Version is the conversation's latest change number (edits, reactions, deletions); a sync
 	// with versions catches up on the changes after the one a client holds.
 	Version int64 `json:"version,omitempty"`
