@@ -283,6 +283,38 @@ func runReactions(ctx context.Context, c *cli, args []string) error {
 	})
 }
 
+func runPresence(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("presence")
+	pos, err := c.parse(fs, args, 1, protocol.MaxPresenceUsers)
+	if err != nil {
+		return err
+	}
+	return c.withSession(ctx, func(ctx context.Context, s *session) error {
+		r, err := s.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypePresence, UserIDs: pos})
+		if err != nil {
+			return err
+		}
+		if c.json {
+			list := r.Presence
+			if list == nil {
+				list = []protocol.Presence{}
+			}
+			return c.printJSON(list)
+		}
+		for _, p := range r.Presence {
+			switch {
+			case p.Online:
+				fmt.Fprintf(c.stdout, "%s online\n", p.UserID)
+			case p.LastSeen != nil:
+				fmt.Fprintf(c.stdout, "%s last seen %s\n", p.UserID, p.LastSeen.Local().Format(time.DateTime))
+			default:
+				fmt.Fprintf(c.stdout, "%s offline\n", p.UserID)
+			}
+		}
+		return nil
+	})
+}
+
 // parseSeq reads a message's seq from the command line.
 func parseSeq(arg string) (int64, error) {
 	seq, err := strconv.ParseInt(arg, 10, 64)

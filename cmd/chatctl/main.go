@@ -77,6 +77,7 @@ var commands = []command{
 	{"delete", "<conversationId> <seq>", "delete one of your messages for everyone", runDelete},
 	{"react", "<conversationId> <seq> <emoji>", "add a reaction to a message (-remove takes it away)", runReact},
 	{"reactions", "<conversationId> <seq>", "list who reacted to a message with what", runReactions},
+	{"presence", "<user>...", "say who of these users is online, and when the others were last seen", runPresence},
 	{"tail", "<conversationId>", "print messages as they arrive; reconnects and fills gaps", runTail},
 	{"history", "<conversationId>", "print one page of history", runHistory},
 	{"backfill", "", "give seqs to a legacy messages collection in MongoDB (resumable)", runBackfill},

@@ -150,6 +150,10 @@ func TestEditReactReplyDelete(t *testing.T) {
 	if _, errOut, code := alice.run(ctx, "", "edit", dm, "2", "not mine"); code != exitFailure || !strings.Contains(errOut, "forbidden") {
 		t.Errorf("editing bob's message: exit %d, stderr %q; want 1 and forbidden", code, errOut)
 	}
+	// Each command above connected and went away: bob was last seen, and alice asks while online.
+	if got := alice.must("presence", "bob", "alice"); !strings.Contains(got, "bob last seen ") || !strings.Contains(got, "alice online") {
+		t.Errorf("presence of bob and alice: %q; want bob last seen and alice (asking) online", got)
+	}
 }
 
 func TestErrorsGoToStderrWithStatus(t *testing.T) {
