@@ -271,9 +271,9 @@ func validEmoji(e string) error {
 	return nil
 }
 
-// QuoteOf cuts a message body to at most QuoteBytes, at a character boundary, marking a cut with
+// QuoteText cuts a message body to at most QuoteBytes, at a character boundary, marking a cut with
 // an ellipsis.
-func QuoteOf(body string) string {
+func QuoteText(body string) string {
 	if len(body) <= QuoteBytes {
 		return body
 	}

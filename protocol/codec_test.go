@@ -260,17 +260,17 @@ func head(s string) string {
 	return s
 }
 
-// TestQuoteOf: a quote is the body when short, else its start cut at a character boundary and
+// TestQuoteText: a quote is the body when short, else its start cut at a character boundary and
 // marked with an ellipsis, never longer than QuoteBytes.
-func TestQuoteOf(t *testing.T) {
-	if got := protocol.QuoteOf("short"); got != "short" {
-		t.Errorf("QuoteOf(short) = %q", got)
+func TestQuoteText(t *testing.T) {
+	if got := protocol.QuoteText("short"); got != "short" {
+		t.Errorf("QuoteText(short) = %q", got)
 	}
 	for _, body := range []string{strings.Repeat("x", 1000), strings.Repeat("é", 300), strings.Repeat("😀", 100)} {
-		got := protocol.QuoteOf(body)
+		got := protocol.QuoteText(body)
 		if len(got) > protocol.QuoteBytes || !strings.HasSuffix(got, "…") || !utf8.ValidString(got) ||
 			!strings.HasPrefix(body, strings.TrimSuffix(got, "…")) {
-			t.Errorf("QuoteOf(%d bytes of %q) = %d bytes %q...; want a valid prefix of at most %d bytes ending in …",
+			t.Errorf("QuoteText(%d bytes of %q) = %d bytes %q...; want a valid prefix of at most %d bytes ending in …",
 				len(body), body[:4], len(got), got[:8], protocol.QuoteBytes)
 		}
 	}

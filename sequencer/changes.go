@@ -180,5 +180,5 @@ func QuoteOf(m storage.Message) *storage.Quote {
 	if m.Kind == storage.KindDeleted {
 		return &storage.Quote{SenderID: m.SenderID, Deleted: true}
 	}
-	return &storage.Quote{SenderID: m.SenderID, Body: protocol.QuoteOf(m.Body)}
+	return &storage.Quote{SenderID: m.SenderID, Body: protocol.QuoteText(m.Body)}
 }
