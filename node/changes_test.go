@@ -45,52 +45,61 @@ func chPage(t *testing.T, in *rtInbox, conv string, from, to int64) map[int64]pr
 	return out
 }
 
+// chDM starts two nodes with alice on the first and bob on the second, opens their DM, and has
+// alice's first message (text) reach bob.
+func chDM(t *testing.T, text string) (alice, bob *rtInbox, dm string) {
+	t.Helper()
+	_, nodes := rtNodes(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	ctx := ctxT(t, time.Minute)
+	alice = rtWatch(t, "alice (node A)", connectReady(t, a, "alice"))
+	bob = rtWatch(t, "bob (node B)", dialWith(t, b, login(t, b, "bob"), nil))
+	conv, err := alice.conn.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	bob.waitFor(t, 10*time.Second, "the new DM", rtHasConversation(conv.ID))
+	if _, err := alice.conn.Send(ctx, conv.ID, text); err != nil {
+		t.Fatal(err)
+	}
+	chHas(t, bob, "message 1", chFrame(protocol.TypeMessage, conv.ID, 1))
+	return alice, bob, conv.ID
+}
+
 // TestChangesReachAMemberOnAnotherNode: alice (node A) edits her message, bob (node B) reacts to
 // it and replies to it quoting it, alice deletes it: each reaches the other node live with the
 // version it was given, history shows the result (the edit with its time, the reaction counted
 // with "me" for bob only, the reply's quote marked deleted), and changes of a deleted message
 // are refused.
 func TestChangesReachAMemberOnAnotherNode(t *testing.T) {
-	_, nodes := rtNodes(t, 2, nil)
-	a, b := nodes[0], nodes[1]
+	alice, bob, dm := chDM(t, "see you at 5")
 	ctx := ctxT(t, time.Minute)
-	alice := rtWatch(t, "alice (node A)", connectReady(t, a, "alice"))
-	bob := rtWatch(t, "bob (node B)", dialWith(t, b, login(t, b, "bob"), nil))
-	dm, err := alice.conn.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatalf("open dm: %v", err)
-	}
-	bob.waitFor(t, 10*time.Second, "the new DM", rtHasConversation(dm.ID))
-	if _, err := alice.conn.Send(ctx, dm.ID, "see you at 5"); err != nil {
-		t.Fatal(err)
-	}
-	chHas(t, bob, "message 1", chFrame(protocol.TypeMessage, dm.ID, 1))
 
-	if _, err := alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 1, Body: "see you at 6"}); err != nil {
+	if _, err := alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm, Seq: 1, Body: "see you at 6"}); err != nil {
 		t.Fatalf("edit: %v", err)
 	}
-	edited := chHas(t, bob, "the edit", chFrame(protocol.TypeEdited, dm.ID, 1))
+	edited := chHas(t, bob, "the edit", chFrame(protocol.TypeEdited, dm, 1))
 	if edited.Body != "see you at 6" || edited.Version != 1 || edited.UserID != "alice" || edited.EditedAt == nil {
 		t.Errorf("bob's edited frame: %+v; want body %q, version 1, by alice, with its time", edited, "see you at 6")
 	}
-	if _, err := bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: dm.ID, Seq: 1, Emoji: "👍"}); err != nil {
+	if _, err := bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: dm, Seq: 1, Emoji: "👍"}); err != nil {
 		t.Fatalf("react: %v", err)
 	}
-	reaction := chHas(t, alice, "bob's reaction", chFrame(protocol.TypeReaction, dm.ID, 1))
+	reaction := chHas(t, alice, "bob's reaction", chFrame(protocol.TypeReaction, dm, 1))
 	if reaction.Emoji != "👍" || reaction.UserID != "bob" || reaction.Count == nil || *reaction.Count != 1 || reaction.Version != 2 || reaction.Remove {
 		t.Errorf("alice's reaction frame: %+v; want bob's 👍, count 1, version 2", reaction)
 	}
-	reply, err := bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSend, ConversationID: dm.ID,
+	reply, err := bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSend, ConversationID: dm,
 		ClientMsgID: "0d5c3c43-2a4b-4a8e-9d3e-6a1f1b2c3d4e", Body: "ok!", ReplyTo: 1})
 	if err != nil || reply.Seq != 2 {
 		t.Fatalf("reply: %+v, %v; want seq 2", reply, err)
 	}
-	pushed := chHas(t, alice, "bob's reply", chFrame(protocol.TypeMessage, dm.ID, 2))
+	pushed := chHas(t, alice, "bob's reply", chFrame(protocol.TypeMessage, dm, 2))
 	if q := pushed.Quote; pushed.ReplyTo != 1 || q == nil || q.SenderID != "alice" || q.Body != "see you at 6" {
 		t.Errorf("alice's push of the reply: replyTo %d, quote %+v; want a quote of her edited message 1", pushed.ReplyTo, q)
 	}
 	for _, in := range []*rtInbox{alice, bob} {
-		page := chPage(t, in, dm.ID, 1, 2)
+		page := chPage(t, in, dm, 1, 2)
 		m1, m2 := page[1], page[2]
 		if m1.Body != "see you at 6" || m1.EditedAt == nil || m1.Version != 2 {
 			t.Errorf("%s: history has message 1 as %+v; want the edited text with its time, version 2", in.name, m1)
@@ -104,33 +113,33 @@ func TestChangesReachAMemberOnAnotherNode(t *testing.T) {
 		}
 	}
 
-	if _, err := alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: dm.ID, Seq: 1}); err != nil {
+	if _, err := alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: dm, Seq: 1}); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	deleted := chHas(t, bob, "the deletion", chFrame(protocol.TypeDeleted, dm.ID, 1))
+	deleted := chHas(t, bob, "the deletion", chFrame(protocol.TypeDeleted, dm, 1))
 	if deleted.Version != 3 || deleted.UserID != "alice" {
 		t.Errorf("bob's deleted frame: %+v; want version 3, by alice", deleted)
 	}
-	page := chPage(t, bob, dm.ID, 1, 2)
+	page := chPage(t, bob, dm, 1, 2)
 	if m1 := page[1]; m1.Kind != protocol.KindDeleted || m1.Body != "" || m1.Reactions != nil || m1.EditedAt != nil {
 		t.Errorf("history has the deleted message as %+v; want a bare tombstone", m1)
 	}
 	if q := page[2].Quote; q == nil || !q.Deleted || q.Body != "" || q.SenderID != "alice" {
 		t.Errorf("history has the reply's quote as %+v; want alice's message shown as deleted, no text", q)
 	}
-	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 1, Body: "back"})
+	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm, Seq: 1, Body: "back"})
 	wantCode(t, "an edit after the delete", err, protocol.CodeForbidden)
-	_, err = bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: dm.ID, Seq: 1, Emoji: "😮"})
+	_, err = bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: dm, Seq: 1, Emoji: "😮"})
 	wantCode(t, "a reaction to a deleted message", err, protocol.CodeForbidden)
-	_, err = bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 2, Body: "x"})
+	_, err = bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm, Seq: 2, Body: "x"})
 	if err != nil {
 		t.Errorf("bob editing his own reply: %v", err)
 	}
-	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 2, Body: "x"})
+	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm, Seq: 2, Body: "x"})
 	wantCode(t, "alice editing bob's message", err, protocol.CodeForbidden)
-	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 9, Body: "x"})
+	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm, Seq: 9, Body: "x"})
 	wantCode(t, "an edit of a seq that does not exist", err, protocol.CodeNotFound)
-	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSend, ConversationID: dm.ID,
+	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSend, ConversationID: dm,
 		ClientMsgID: "6a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c1d", Body: "?", ReplyTo: 9})
 	wantCode(t, "a reply to a seq that does not exist", err, protocol.CodeNotFound)
 }
@@ -344,26 +353,14 @@ func TestLargeGroupReactionCostsTwoWritesAndReachesOnlyFocusedSockets(t *testing
 // device on node B says it received it, then read when he reads it, in that order; receipts
 // counted on demand say the same; a repeated delivered report sends nothing.
 func TestDeliveredThenReadTicks(t *testing.T) {
-	_, nodes := rtNodes(t, 2, nil)
-	a, b := nodes[0], nodes[1]
+	alice, bob, dm := chDM(t, "are you there?")
 	ctx := ctxT(t, time.Minute)
-	alice := rtWatch(t, "alice (node A)", connectReady(t, a, "alice"))
-	bob := rtWatch(t, "bob (node B)", dialWith(t, b, login(t, b, "bob"), nil))
-	dm, err := alice.conn.OpenDM(ctx, "bob")
-	if err != nil {
-		t.Fatalf("open dm: %v", err)
-	}
-	bob.waitFor(t, 10*time.Second, "the new DM", rtHasConversation(dm.ID))
-	if _, err := alice.conn.Send(ctx, dm.ID, "are you there?"); err != nil {
-		t.Fatal(err)
-	}
-	chHas(t, bob, "the message", chFrame(protocol.TypeMessage, dm.ID, 1))
 	// Receipts are counted from the store, where bob's node writes his positions within its read
 	// window: poll until they say what is expected.
 	ticks := func(when string, delivered, read int64) {
 		t.Helper()
 		testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-			r, err := alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReceipts, ConversationID: dm.ID, Seq: 1})
+			r, err := alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReceipts, ConversationID: dm, Seq: 1})
 			if err != nil || r.DeliveredTo == nil || r.ReadBy == nil {
 				return fmt.Errorf("receipts: %+v, %v", r, err)
 			}
@@ -375,20 +372,20 @@ func TestDeliveredThenReadTicks(t *testing.T) {
 	}
 	ticks("before bob's device reports", 0, 0)
 	for range 2 { // the second report is a repeat
-		if err := bob.conn.Post(ctx, protocol.ClientFrame{Type: protocol.TypeDelivered, ConversationID: dm.ID, Seq: 1}); err != nil {
+		if err := bob.conn.Post(ctx, protocol.ClientFrame{Type: protocol.TypeDelivered, ConversationID: dm, Seq: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	isDelivered := func(f protocol.ServerFrame) bool {
-		return f.Type == protocol.TypeDelivered && f.ConversationID == dm.ID && f.UserID == "bob" && f.DeliveredSeq == 1
+		return f.Type == protocol.TypeDelivered && f.ConversationID == dm && f.UserID == "bob" && f.DeliveredSeq == 1
 	}
 	chHas(t, alice, "bob's delivered", isDelivered)
 	ticks("after bob's device reports", 1, 0)
-	if err := bob.conn.Post(ctx, protocol.ClientFrame{Type: protocol.TypeRead, ConversationID: dm.ID, Seq: 1}); err != nil {
+	if err := bob.conn.Post(ctx, protocol.ClientFrame{Type: protocol.TypeRead, ConversationID: dm, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	isReceipt := func(f protocol.ServerFrame) bool {
-		return f.Type == protocol.TypeReceipt && f.ConversationID == dm.ID && f.UserID == "bob" && f.ReadSeq == 1
+		return f.Type == protocol.TypeReceipt && f.ConversationID == dm && f.UserID == "bob" && f.ReadSeq == 1
 	}
 	chHas(t, alice, "bob's read receipt", isReceipt)
 	ticks("after bob reads", 1, 1)

@@ -264,23 +264,13 @@ func runReactions(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.withSession(ctx, func(ctx context.Context, s *session) error {
-		r, err := s.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReactions, ConversationID: pos[0], Seq: seq})
-		if err != nil {
-			return err
-		}
-		if c.json {
-			list := r.Reactions
-			if list == nil {
-				list = []protocol.Reaction{}
+	return c.answer(ctx, protocol.ClientFrame{Type: protocol.TypeReactions, ConversationID: pos[0], Seq: seq},
+		func(r protocol.ServerFrame) any { return orEmpty(r.Reactions) },
+		func(r protocol.ServerFrame) {
+			for _, re := range r.Reactions {
+				fmt.Fprintf(c.stdout, "%s %d %s\n", re.Emoji, re.Count, strings.Join(re.UserIDs, ", "))
 			}
-			return c.printJSON(list)
-		}
-		for _, re := range r.Reactions {
-			fmt.Fprintf(c.stdout, "%s %d %s\n", re.Emoji, re.Count, strings.Join(re.UserIDs, ", "))
-		}
-		return nil
-	})
+		})
 }
 
 func runPresence(ctx context.Context, c *cli, args []string) error {
@@ -289,30 +279,43 @@ func runPresence(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	return c.answer(ctx, protocol.ClientFrame{Type: protocol.TypePresence, UserIDs: pos},
+		func(r protocol.ServerFrame) any { return orEmpty(r.Presence) },
+		func(r protocol.ServerFrame) {
+			for _, p := range r.Presence {
+				switch {
+				case p.Online:
+					fmt.Fprintf(c.stdout, "%s online\n", p.UserID)
+				case p.LastSeen != nil:
+					fmt.Fprintf(c.stdout, "%s last seen %s\n", p.UserID, p.LastSeen.Local().Format(time.DateTime))
+				default:
+					fmt.Fprintf(c.stdout, "%s offline\n", p.UserID)
+				}
+			}
+		})
+}
+
+// answer sends one request and prints its reply: as JSON, what jsonOf picks from it, or as text.
+func (c *cli) answer(ctx context.Context, f protocol.ClientFrame, jsonOf func(protocol.ServerFrame) any, text func(protocol.ServerFrame)) error {
 	return c.withSession(ctx, func(ctx context.Context, s *session) error {
-		r, err := s.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypePresence, UserIDs: pos})
+		r, err := s.conn.Request(ctx, f)
 		if err != nil {
 			return err
 		}
 		if c.json {
-			list := r.Presence
-			if list == nil {
-				list = []protocol.Presence{}
-			}
-			return c.printJSON(list)
+			return c.printJSON(jsonOf(r))
 		}
-		for _, p := range r.Presence {
-			switch {
-			case p.Online:
-				fmt.Fprintf(c.stdout, "%s online\n", p.UserID)
-			case p.LastSeen != nil:
-				fmt.Fprintf(c.stdout, "%s last seen %s\n", p.UserID, p.LastSeen.Local().Format(time.DateTime))
-			default:
-				fmt.Fprintf(c.stdout, "%s offline\n", p.UserID)
-			}
-		}
+		text(r)
 		return nil
 	})
+}
+
+// orEmpty is list, or an empty list for nil: "[]" rather than "null" for scripts.
+func orEmpty[T any](list []T) []T {
+	if list == nil {
+		return []T{}
+	}
+	return list
 }
 
 // parseSeq reads a message's seq from the command line.
