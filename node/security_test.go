@@ -316,9 +316,14 @@ func TestSecurityNonMemberIsRefused(t *testing.T) {
 			{Type: protocol.TypeSend, ConversationID: conv, ClientMsgID: uuid.NewString(), Body: "let me in"},
 			{Type: protocol.TypeHistory, ConversationID: conv},
 			{Type: protocol.TypeRead, ConversationID: conv, Seq: 1},
+			{Type: protocol.TypeDelivered, ConversationID: conv, Seq: 1},
 			{Type: protocol.TypeReceipts, ConversationID: conv, Seq: 1},
+			{Type: protocol.TypeReactions, ConversationID: conv, Seq: 1},
 			{Type: protocol.TypeTyping, ConversationID: conv},
+			{Type: protocol.TypeFocus, ConversationID: conv},
 			{Type: protocol.TypeDeleteMessage, ConversationID: conv, Seq: 1},
+			{Type: protocol.TypeEditMessage, ConversationID: conv, Seq: 1, Body: "mine now"},
+			{Type: protocol.TypeReact, ConversationID: conv, Seq: 1, Emoji: "😈"},
 			{Type: protocol.TypeHideConversation, ConversationID: conv},
 			{Type: protocol.TypeAddMembers, ConversationID: conv, Members: []string{"mallory"}},
 			{Type: protocol.TypeRemoveMember, ConversationID: conv, UserID: "bob"},
@@ -332,7 +337,8 @@ func TestSecurityNonMemberIsRefused(t *testing.T) {
 			t.Fatalf("mallory's POST /api/read in %s: HTTP %d; want 403", conv, got)
 		}
 	}
-	synced, err := mallory.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSync, Since: map[string]int64{dm.ID: 0, group.ID: 0}})
+	synced, err := mallory.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSync, Since: map[string]int64{dm.ID: 0, group.ID: 0},
+		Versions: map[string]int64{dm.ID: 0, group.ID: 0}})
 	if err != nil {
 		t.Fatal(err)
 	}
