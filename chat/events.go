@@ -360,7 +360,8 @@ func (s *Service) reconcileMemberships(ctx context.Context) {
 }
 
 // toView is a conversation as one member sees it. Its unread leaves out the seqs the stored
-// conversation records as deleted for everyone.
+// conversation records as deleted for everyone; its preview is left out when the member deleted
+// the conversation for themselves after that message.
 func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversation {
 	last := max(c.LastSeq, lastSeq)
 	read := min(p.readSeq, last)
@@ -368,9 +369,13 @@ func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversa
 	if last > p.hiddenSeq {
 		first = p.hiddenSeq + 1
 	}
+	var preview *protocol.MessagePreview
+	if lm := c.LastMessage; lm != nil && lm.Seq > p.hiddenSeq {
+		preview = &protocol.MessagePreview{Seq: lm.Seq, SenderID: lm.SenderID, Kind: lm.Kind, Body: lm.Body, CreatedAt: lm.CreatedAt}
+	}
 	return protocol.Conversation{
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,
 		ReadSeq: read, Unread: unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt, CreatedBy: c.CreatedBy,
-		Version: c.LastVersion,
+		Version: c.LastVersion, LastMessage: preview,
 	}
 }

@@ -3,6 +3,7 @@ package node_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -511,5 +512,66 @@ func TestPresenceAcrossNodes(t *testing.T) {
 	}
 	if _, ok := ask("nobody-shared")["nobody-shared"]; ok {
 		t.Errorf("bob learned the presence of a user he shares nothing with")
+	}
+}
+
+// TestConversationListShowsTheNewestMessage: the conversation list carries the start of the
+// newest message, kept by the owner's batch write (no query per conversation): it follows new
+// messages, an edit of the newest one (not of an older one), and a deletion of the newest one
+// takes its text away; a long message is cut.
+func TestConversationListShowsTheNewestMessage(t *testing.T) {
+	_, nodes := rtNodes(t, 1, nil)
+	n := nodes[0]
+	ctx := ctxT(t, time.Minute)
+	alice, bob := connectReady(t, n, "alice"), connectReady(t, n, "bob")
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatalf("open dm: %v", err)
+	}
+	preview := func(when string) *protocol.MessagePreview {
+		t.Helper()
+		r, err := bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeListConversations})
+		if err != nil {
+			t.Fatalf("%s: list: %v", when, err)
+		}
+		for _, c := range r.Conversations {
+			if c.ID == dm.ID {
+				return c.LastMessage
+			}
+		}
+		t.Fatalf("%s: bob's list lacks the DM", when)
+		return nil
+	}
+	if p := preview("before any message"); p != nil {
+		t.Errorf("before any message the preview is %+v; want none", p)
+	}
+	for _, body := range []string{"one", "two"} {
+		if _, err := alice.Send(ctx, dm.ID, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := preview("after two messages"); p == nil || p.Seq != 2 || p.Body != "two" || p.SenderID != "alice" || p.Kind != protocol.KindText {
+		t.Errorf("after two messages the preview is %+v; want alice's message 2, %q", p, "two")
+	}
+	for seq, body := range map[int64]string{2: "two, edited", 1: "one, edited"} {
+		if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: seq, Body: body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := preview("after editing both"); p == nil || p.Seq != 2 || p.Body != "two, edited" {
+		t.Errorf("after editing messages 2 and 1 the preview is %+v; want message 2's new text", p)
+	}
+	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: dm.ID, Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if p := preview("after deleting the newest"); p == nil || p.Seq != 2 || p.Kind != protocol.KindDeleted || p.Body != "" {
+		t.Errorf("after deleting message 2 the preview is %+v; want it deleted, no text", p)
+	}
+	long := strings.Repeat("long ", 100)
+	if _, err := alice.Send(ctx, dm.ID, long); err != nil {
+		t.Fatal(err)
+	}
+	if p := preview("after a long message"); p == nil || p.Seq != 3 || len(p.Body) > protocol.QuoteBytes || !strings.HasSuffix(p.Body, "…") {
+		t.Errorf("after a %d-byte message the preview is %+v; want it cut to at most %d bytes", len(long), p, protocol.QuoteBytes)
 	}
 }

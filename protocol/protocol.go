@@ -131,11 +131,23 @@ type Conversation struct {
 	ReadSeq   int64     `json:"readSeq"`
 	Unread    int64     `json:"unread"`
 	CreatedAt time.Time `json:"createdAt"`
+	// LastMessage is the start of the newest message, for the conversation list.
+	LastMessage *MessagePreview `json:"lastMessage,omitempty"`
 	// CreatedBy is who created a group (the only member who may remove others), or opened a DM.
 	CreatedBy string `json:"createdBy,omitempty"`
 	// Version is the conversation's latest change number (edits, reactions, deletions); a sync
 	// with versions catches up on the changes after the one a client holds.
 	Version int64 `json:"version,omitempty"`
+}
+
+// MessagePreview is the start of a message (at most QuoteBytes of its body) as a conversation list
+// shows it; a deleted message has kind "deleted" and no body.
+type MessagePreview struct {
+	Seq       int64     `json:"seq"`
+	SenderID  string    `json:"senderId"`
+	Kind      string    `json:"kind"`
+	Body      string    `json:"body,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 // Presence is whether a user is online, and when they were last seen if not (absent when not

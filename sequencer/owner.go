@@ -89,6 +89,8 @@ type batchMessage struct {
 	msg         storage.Message
 	prevVersion int64
 	changed     bool
+	// textChanged says an edit or a deletion changed what a conversation list shows of it.
+	textChanged bool
 }
 
 func newPartition(s *Sequencer, id int, stillOwner func() bool) *partition {
@@ -234,7 +236,7 @@ func (p *partition) flush(batch []pending) {
 		}
 	}
 	p.insert(ctx, fresh)
-	p.advanceCounters(ctx, entries)
+	p.advanceCounters(ctx, entries, msgs)
 	p.storeChanges(ctx, entries, msgs)
 	if p.stillOwner != nil && !p.stillOwner() {
 		// Another node holds the partition now; what was stored will be found by the new owner
@@ -379,6 +381,7 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 			bm.changed = true
 			msgs.changed = append(msgs.changed, bm)
 		}
+		bm.textChanged = bm.textChanged || e.req.Op == OpEdit || e.req.Op == OpDelete
 		ch := ChangeOf(bm.msg, e.req, len(c.members))
 		e.change = &ch
 	}
@@ -509,14 +512,29 @@ func (p *partition) fail(entries []*entry, reason string) {
 }
 
 // advanceCounters raises conversations.lastSeq and lastVersion for every conversation the batch
-// touched; changes are written after it, so lastVersion is never below a stored version. If it
-// fails nothing is acked: the stored messages stay remembered, so the retry acks the same seq,
-// and the changes are not written at all.
-func (p *partition) advanceCounters(ctx context.Context, entries []*entry) {
+// touched, and moves their previews to the newest message (or to the new text of the newest
+// message, edited or deleted); changes are written after it, so lastVersion is never below a
+// stored version. If it fails nothing is acked: the stored messages stay remembered, so the retry
+// acks the same seq, and the changes are not written at all.
+func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs *batchMessages) {
 	counters := make(map[string]storage.Counters)
 	for _, e := range entries {
-		if c, ok := p.convs[e.req.ConversationID]; ok && e.result != nil {
-			counters[e.req.ConversationID] = storage.Counters{LastSeq: c.lastSeq, LastVersion: c.lastVersion}
+		c, ok := p.convs[e.req.ConversationID]
+		if !ok || e.result == nil {
+			continue
+		}
+		n := counters[e.req.ConversationID]
+		n.LastSeq, n.LastVersion = c.lastSeq, c.lastVersion
+		if e.stored != nil && e.req.Op == "" && (n.Newest == nil || e.stored.Seq > n.Newest.Seq) {
+			preview := previewOf(*e.stored) // new, or as stored before for a retry
+			n.Newest = &preview
+		}
+		counters[e.req.ConversationID] = n
+	}
+	for _, bm := range msgs.changed {
+		if n, ok := counters[bm.msg.ConversationID]; ok && bm.textChanged {
+			n.Changed = append(n.Changed, previewOf(WireMessage(bm.msg)))
+			counters[bm.msg.ConversationID] = n
 		}
 	}
 	if err := p.seq.store.AdvanceCounters(ctx, counters); err != nil {
@@ -677,6 +695,11 @@ func markStored(entries []*entry) {
 		m := WireMessage(e.msg)
 		e.result, e.stored = &m, &m
 	}
+}
+
+// previewOf is what a conversation list shows of m.
+func previewOf(m protocol.Message) storage.MessagePreview {
+	return storage.MessagePreview{Seq: m.Seq, SenderID: m.SenderID, Kind: m.Kind, Body: protocol.QuoteText(m.Body), CreatedAt: m.CreatedAt}
 }
 
 // WireMessage is a stored message as clients see it, with its reactions counted.

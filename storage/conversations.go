@@ -28,6 +28,9 @@ type Conversation struct {
 	// handed out. The owner raises it before it writes the changed messages, so it is never
 	// below a stored message's version and a new owner continues after it.
 	LastVersion int64 `bson:"lastVersion,omitempty"`
+	// LastMessage is the start of the newest message, as its owner last wrote it, so a list of
+	// conversations shows it without a query per conversation.
+	LastMessage *MessagePreview `bson:"lastMessage,omitempty"`
 	// DeletedCount counts the tombstones in the conversation.
 	DeletedCount int64 `bson:"deletedCount"`
 	// DeletedSeqs are the seqs of those tombstones, each once, in the order they were made, so
@@ -89,13 +92,28 @@ func (s *Store) ConversationsOf(ctx context.Context, userID string) (_ []Convers
 	return out, nil
 }
 
-// Counters are a conversation's lastSeq and lastVersion, as its owner advances them.
+// MessagePreview is the start of a message as a conversation list shows it.
+type MessagePreview struct {
+	Seq       int64     `bson:"seq"`
+	SenderID  string    `bson:"senderId"`
+	Kind      string    `bson:"kind"`
+	Body      string    `bson:"body,omitempty"`
+	CreatedAt time.Time `bson:"createdAt"`
+}
+
+// Counters are what a conversation's owner advances on it with each batch: lastSeq and
+// lastVersion; Newest, the preview of the batch's newest message; Changed, the new previews of
+// messages the batch edited or deleted (each replaces the conversation's preview only if it is
+// of that message).
 type Counters struct {
 	LastSeq, LastVersion int64
+	Newest               *MessagePreview
+	Changed              []MessagePreview
 }
 
 // AdvanceCounters raises each conversation's lastSeq and lastVersion to at least the given
-// values, in one bulk write. A zero counter is left as it is.
+// values and moves its preview forward, in one bulk write. A zero counter is left as it is, and
+// a preview never replaces that of a newer message.
 func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counters) (err error) {
 	defer s.metrics.observe(opAdvanceCounters, time.Now(), &err)
 	if len(counters) == 0 {
@@ -110,6 +128,20 @@ func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counter
 		models = append(models, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: id}}).
 			SetUpdate(bson.D{{Key: "$max", Value: raise}}))
+		if p := c.Newest; p != nil {
+			older := bson.A{
+				bson.D{{Key: "lastMessage", Value: bson.D{{Key: "$exists", Value: false}}}},
+				bson.D{{Key: "lastMessage.seq", Value: bson.D{{Key: "$lt", Value: p.Seq}}}},
+			}
+			models = append(models, mongo.NewUpdateOneModel().
+				SetFilter(bson.D{{Key: "_id", Value: id}, {Key: "$or", Value: older}}).
+				SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "lastMessage", Value: *p}}}}))
+		}
+		for _, p := range c.Changed {
+			models = append(models, mongo.NewUpdateOneModel().
+				SetFilter(bson.D{{Key: "_id", Value: id}, {Key: "lastMessage.seq", Value: p.Seq}}).
+				SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "lastMessage", Value: p}}}}))
+		}
 	}
 	if err := bulkWrite(ctx, s.conversations, models, false); err != nil {
 		return fmt.Errorf("advance counters of %d conversations: %w", len(models), err)

@@ -149,6 +149,13 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 	if _, err := s.presence.DeleteMany(ctx, bson.D{{Key: "userId", Value: userID}}); err != nil {
 		return out, fmt.Errorf("delete presence of %s: %w", userID, err)
 	}
+	// Previews of the account's messages go with them.
+	if _, err := s.conversations.UpdateMany(ctx, bson.D{{Key: "lastMessage.senderId", Value: userID}}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "lastMessage.kind", Value: KindDeleted}, {Key: "lastMessage.senderId", Value: ""}}},
+		{Key: "$unset", Value: bson.D{{Key: "lastMessage.body", Value: ""}}},
+	}); err != nil {
+		return out, fmt.Errorf("delete previews of %s: %w", userID, err)
+	}
 	// The account stays as a tombstone, so its tokens never create an empty account again.
 	if err := s.markUserDeleted(ctx, userID); err != nil {
 		return out, err

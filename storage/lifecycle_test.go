@@ -189,6 +189,10 @@ func TestDeleteAccountRecordsItsTombstones(t *testing.T) {
 	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: own}}); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.AdvanceCounters(ctx, map[string]storage.Counters{"g": {LastSeq: 5, Newest: &storage.MessagePreview{
+		Seq: 5, SenderID: "carol", Kind: storage.KindText, Body: "carol's last words", CreatedAt: time.Now().UTC()}}}); err != nil {
+		t.Fatal(err)
+	}
 	out, err := s.DeleteAccount(ctx, "carol")
 	if err != nil {
 		t.Fatal(err)
@@ -201,4 +205,50 @@ func TestDeleteAccountRecordsItsTombstones(t *testing.T) {
 	if n, seqs := deletedOf(t, ctx, s, "g"); n != 4 || !slices.Equal(seqs, []int64{1, 3, 4, 5}) {
 		t.Errorf("the group records %d tombstones %v; want 4, [1 3 4 5]", n, seqs)
 	}
+	g, err := s.Conversation(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := g.LastMessage; p == nil || p.Seq != 5 || p.Kind != storage.KindDeleted || p.Body != "" || p.SenderID != "" {
+		t.Errorf("the group's preview after carol's account went: %+v; want seq 5 deleted, no sender, no text", p)
+	}
 }
+
+// TestPreviewOnlyMovesForward: a conversation's preview is replaced by a newer message's only (a
+// retried older message in a later batch leaves it), and by a change only of the same message.
+func TestPreviewOnlyMovesForward(t *testing.T) {
+	s := testenv.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.EnsureConversation(ctx, storage.Conversation{ID: "c", Kind: storage.KindDM,
+		Members: []string{"alice", "bob"}, CreatedBy: "alice", CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	preview := func(seq int64, body string) storage.MessagePreview {
+		return storage.MessagePreview{Seq: seq, SenderID: "alice", Kind: storage.KindText, Body: body, CreatedAt: time.Now().UTC()}
+	}
+	for _, step := range []storage.Counters{
+		{LastSeq: 2, Newest: ptr(preview(2, "two"))},
+		{LastSeq: 2, Newest: ptr(preview(1, "one, retried"))},
+		{LastSeq: 2, Changed: []storage.MessagePreview{preview(1, "one, edited")}},
+	} {
+		if err := s.AdvanceCounters(ctx, map[string]storage.Counters{"c": step}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := s.Conversation(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.LastMessage; p == nil || p.Seq != 2 || p.Body != "two" {
+		t.Fatalf("after message 2, a retry of 1 and an edit of 1 the preview is %+v; want message 2", p)
+	}
+	if err := s.AdvanceCounters(ctx, map[string]storage.Counters{"c": {LastSeq: 2, Changed: []storage.MessagePreview{preview(2, "two, edited")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = s.Conversation(ctx, "c"); err != nil || c.LastMessage == nil || c.LastMessage.Body != "two, edited" {
+		t.Fatalf("after an edit of message 2 the preview is %+v (%v); want its new text", c.LastMessage, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
