@@ -39,9 +39,26 @@ func (u *onlineUser) hidesPresence() bool {
 	return u.hidePresence
 }
 
+// presenceSlot takes one of the node's sync read slots for a presence record: a reconnect storm's
+// presence records queue with its loads instead of flooding the store (a hundred at once stalled
+// FerretDB past the driver's timeout in TestReconnectStormSharesStoreReads).
+func (s *Service) presenceSlot(ctx context.Context, uid string) (release func(), ok bool) {
+	release, err := s.syncReadSlot(ctx)
+	if err != nil {
+		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
+		return nil, false
+	}
+	return release, true
+}
+
 // cameOnline records a user's first connection on this node and, if no other live node holds
 // one and they do not hide their presence, tells their peers they are online.
 func (s *Service) cameOnline(ctx context.Context, uid string, u *onlineUser) {
+	release, ok := s.presenceSlot(ctx, uid)
+	if !ok {
+		return
+	}
+	defer release()
 	nodes, err := s.store.MarkOnline(ctx, uid, s.cfg.NodeID, now())
 	if err != nil {
 		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
@@ -55,6 +72,11 @@ func (s *Service) cameOnline(ctx context.Context, uid string, u *onlineUser) {
 // wentOffline records that a user's last connection on this node closed and, if no other live
 // node holds one, stores when they were last seen and tells their peers (unless they hide it).
 func (s *Service) wentOffline(ctx context.Context, uid string, u *onlineUser) {
+	release, ok := s.presenceSlot(ctx, uid)
+	if !ok {
+		return
+	}
+	defer release()
 	nodes, err := s.store.MarkOffline(ctx, uid, s.cfg.NodeID)
 	if err != nil {
 		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
