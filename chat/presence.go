@@ -10,9 +10,9 @@ import (
 )
 
 // Presence: who is online, and since when someone is not. A user is online while any node holds
-// a connection of theirs; the nodes that do are kept on the user's document (one round trip on
-// their _id when their first connection on a node opens and when their last one there closes),
-// and a node that died is left out by asking Nodes which nodes live. A change is pushed only to
+// a connection of theirs; each node records that it does when the user's first connection there
+// opens and drops the record when their last one there closes (then reads the others, in one of
+// the node's sync read slots), and a node that died is left out by asking Nodes which nodes live. A change is pushed only to
 // the members of the user's DMs and small groups (up to LiveReceiptsMaxMembers), one event per
 // such member on their own subject, so one frame per device and nothing at all to the members
 // of large groups, who ask with Presence when they want to know.
