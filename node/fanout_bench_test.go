@@ -57,6 +57,10 @@ const (
 	// fanBareQueue is the bare loop's per-connection channel: one frame is broadcast per round,
 	// so it never fills.
 	fanBareQueue = 16
+	// fanMaxCPURatio fails DeliveryCPU: chatd's CPU per delivery more than this many times the
+	// bare loop's in the same run. The target is 1.3x; twice the floor means a change has put
+	// an encoding, a lock or a second frame back on every delivery.
+	fanMaxCPURatio = 2
 )
 
 // fanSync is the first frame of a bare receiver: the server holds message pushes for a new socket
@@ -85,7 +89,8 @@ var (
 //     pct-fanout-at-hol says how much of the fan-out was done when the DM arrived.
 //   - DeliveryCPU: process CPU time (user+sys) per delivery, chatd against the physical floor of
 //     a bare loop (one writer goroutine per connection, the same frame bytes, the same receivers);
-//     x-bare is the ratio (target <= 2), the n-th bare run against the n-th chatd run of -count.
+//     x-bare is the ratio (target <= 1.3), the n-th bare run against the n-th chatd run of -count,
+//     and the bare run fails when it exceeds fanMaxCPURatio.
 func BenchmarkFanout5000(b *testing.B) {
 	f := startFanout(b)
 	b.Run("send", f.benchSend)
@@ -104,7 +109,12 @@ func BenchmarkFanout5000(b *testing.B) {
 		b.Run("bare", func(b *testing.B) {
 			perDelivery := benchBareCPU(b, frame)
 			if runs < len(chatd) {
-				b.ReportMetric(chatd[runs]/perDelivery, "x-bare")
+				ratio := chatd[runs] / perDelivery
+				b.ReportMetric(ratio, "x-bare")
+				if ratio > fanMaxCPURatio {
+					b.Errorf("chatd used %.1f µs of CPU per delivery, %.2fx the bare loop's %.1f µs in the same run; more than %dx",
+						chatd[runs], ratio, perDelivery, fanMaxCPURatio)
+				}
 			}
 			runs++
 		})

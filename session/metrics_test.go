@@ -390,10 +390,18 @@ func TestCutLogsAreRateLimited(t *testing.T) {
 	if len(lines) != logged+1 {
 		t.Fatalf("the cut after the pause wrote %d lines; want 1", len(lines)-logged)
 	}
-	last := lines[len(lines)-1]
-	if got, want := last["suppressedCutLogs"], float64(flood-logged); got != want {
-		t.Fatalf("the line after the flood says %v lines were suppressed; want %v; line: %v", got, want, last)
+	// Each line counts the cuts held back since the line before it. On a loaded machine the flood
+	// may outlast a refill, so a line written during it may carry part of the count.
+	var reported float64
+	for _, l := range lines {
+		if n, ok := l["suppressedCutLogs"].(float64); ok {
+			reported += n
+		}
 	}
+	if want := float64(flood + 1 - len(lines)); reported != want {
+		t.Fatalf("the lines say %v cuts were suppressed; want %v (%d cuts, %d lines)", reported, want, flood+1, len(lines))
+	}
+	last := lines[len(lines)-1]
 	if last["level"] != "warn" || last["user"] != fmt.Sprint("user", flood) || last["remote"] == "" {
 		t.Fatalf("cut logged as %v; want warn with the user and remote address", last)
 	}

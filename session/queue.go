@@ -40,6 +40,11 @@ type outbox struct {
 	dropped int64
 	// shut is set when the session closes: nothing more is queued.
 	shut bool
+	// opened is set once the handler's Opened succeeded: before that frames wait without a
+	// writer, so a session refused at open sends its close code and nothing else.
+	opened bool
+	// writing is set while a writer goroutine runs; it is what keeps writers one at a time.
+	writing bool
 }
 
 // outFrame is one must-deliver frame; push tells Push frames from replies for byte accounting.
@@ -86,8 +91,8 @@ func (s *Session) Push(frame []byte) bool {
 	}
 	q.must.push(outFrame{data: frame, push: true})
 	q.pushBytes += len(frame)
+	s.startWriter()
 	q.mu.Unlock()
-	s.wakeWriter()
 	return true
 }
 
@@ -106,8 +111,8 @@ func (s *Session) PushWait(ctx context.Context, frame []byte) error {
 		if q.pushBytes+q.replyBytes < s.cfg.MaxQueuedBytes {
 			q.must.push(outFrame{data: frame})
 			q.replyBytes += len(frame)
+			s.startWriter()
 			q.mu.Unlock()
-			s.wakeWriter()
 			return nil
 		}
 		if q.room == nil {
@@ -164,7 +169,7 @@ func (s *Session) PushEphemeral(key string, frame []byte) {
 	}
 	q.eph[key] = e
 	q.ephOrder.push(e)
-	s.wakeWriter()
+	s.startWriter()
 }
 
 // EphemeralDropped reports how many ephemeral frames were coalesced into a newer one or dropped.
@@ -174,11 +179,63 @@ func (s *Session) EphemeralDropped() int64 {
 	return s.out.dropped
 }
 
-// wakeWriter tells the writer there is something to write; a wake-up already pending suffices.
-func (s *Session) wakeWriter() {
-	select {
-	case s.wake <- struct{}{}:
+// startWriter starts the writer for what was just queued, unless one runs or the session is not
+// open yet. It is called with the outbox locked, so a writer is counted in s.writers before the
+// session can be seen closed, and Serve, which waits for s.writers once closed, never misses one.
+func (s *Session) startWriter() {
+	q := &s.out
+	if q.writing || !q.opened {
+		return
+	}
+	q.writing = true
+	s.writers.Go(s.writeLoop)
+}
+
+// openOutbox lets writers run once Opened succeeded, and starts one for what was queued
+// meanwhile, or to close a session closed during Opened.
+func (s *Session) openOutbox() {
+	q := &s.out
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.opened = true
+	if q.shut || q.must.len() > 0 || q.ephOrder.len() > 0 {
+		s.startWriter()
+	}
+}
+
+// closeOutbox stops queueing (PushWait callers see s.closed) and has a writer finish the
+// session: the running one, or one started now. A session refused at open has none; Serve
+// closes its connection itself.
+func (s *Session) closeOutbox() {
+	q := &s.out
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.shut = true
+	s.startWriter()
+}
+
+// round is what the writer does next.
+type round int
+
+const (
+	roundWrite  round = iota // frames wait: write a round
+	roundFinish              // the session is closing: flush and send the close frame
+	roundIdle                // nothing waits: the writer ends, and the next frame queued starts one
+)
+
+// nextRound tells the writer what to do next; when it says roundIdle the writer is no longer
+// counted as running, so the decision and the queue's state are taken under one lock.
+func (q *outbox) nextRound() round {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.shut:
+		return roundFinish
+	case q.must.len() > 0 || q.ephOrder.len() > 0:
+		return roundWrite
 	default:
+		q.writing = false
+		return roundIdle
 	}
 }
 
@@ -227,13 +284,6 @@ func (q *outbox) takeEphemeral() ([]byte, bool) {
 		q.eph = nil // maps do not shrink; let a burst's buckets go
 	}
 	return e.data, true
-}
-
-// close stops queueing; PushWait callers see s.closed.
-func (q *outbox) close() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.shut = true
 }
 
 // discard lets go of everything still waiting.

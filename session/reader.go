@@ -18,19 +18,21 @@ const refusalLogInterval = time.Second
 
 // readLoop reads frames until the connection fails or closes. It never waits for a frame's
 // work, only for room to queue its own replies, so pongs, pings and cancellations are read
-// while sends wait for their acks.
-func (s *Session) readLoop(connCtx, handlerCtx context.Context, h Handler) {
+// while sends wait for their acks. Its Read has no context: a context would hold a callback
+// registration for as long as the socket is idle, and the writer ends the Read by closing the
+// connection once the session has closed.
+func (s *Session) readLoop(h Handler) {
 	defer s.Close(websocket.StatusNormalClosure, "")
 	defer s.refused.flush(s)
 	for {
-		typ, data, err := s.conn.Read(connCtx)
+		typ, data, err := s.conn.Read(context.Background())
 		if err != nil {
 			// The session ends with the code observed, so the close metrics tell clients that
 			// left (1000, 1001) from connections that broke (1006).
 			switch status := websocket.CloseStatus(err); {
 			case status != -1:
 				s.Close(status, "")
-			case errors.Is(err, context.Canceled):
+			case s.closing():
 				// The writer has ended the connection, after the session was closed.
 			case errors.Is(err, websocket.ErrMessageTooBig):
 				s.Close(websocket.StatusMessageTooBig, "") // the library has sent this code
@@ -43,12 +45,12 @@ func (s *Session) readLoop(connCtx, handlerCtx context.Context, h Handler) {
 		if s.ctx.Err() != nil {
 			continue // closing: read on so the close handshake completes, start nothing new
 		}
-		s.admit(connCtx, handlerCtx, h, typ, data)
+		s.admit(h, typ, data)
 	}
 }
 
 // admit decodes one frame, applies the limits and either answers it, refuses it or starts it.
-func (s *Session) admit(connCtx, handlerCtx context.Context, h Handler, typ websocket.MessageType, data []byte) {
+func (s *Session) admit(h Handler, typ websocket.MessageType, data []byte) {
 	var f protocol.ClientFrame
 	var decodeErr error
 	if typ == websocket.MessageText {
@@ -56,39 +58,40 @@ func (s *Session) admit(connCtx, handlerCtx context.Context, h Handler, typ webs
 	}
 	s.cfg.Metrics.frameReceived(f.Type) // empty when the frame did not decode
 	if retry, ok := take(s.frames, s.user.frames); !ok {
-		s.refuse(connCtx, f.ID, "too many frames; slow down", retry, &s.refused.frames)
+		s.refuse(s.ctx, f.ID, "too many frames; slow down", retry, &s.refused.frames)
 		return
 	}
 	switch {
 	case typ != websocket.MessageText:
-		s.answerError(connCtx, "", protocol.Errorf(protocol.CodeBadFrame, "frames must be text"))
+		s.answerError(s.ctx, "", protocol.Errorf(protocol.CodeBadFrame, "frames must be text"))
 		return
 	case decodeErr != nil:
-		s.answerError(connCtx, f.ID, protocol.AsError(decodeErr))
+		s.answerError(s.ctx, f.ID, protocol.AsError(decodeErr))
 		return
 	case f.Type == protocol.TypePing:
 		// Browsers cannot see WebSocket pings; this lets a page notice a dead connection.
-		s.replyInline(connCtx, protocol.ServerFrame{Type: protocol.TypePong, ID: f.ID})
+		s.replyInline(s.ctx, protocol.ServerFrame{Type: protocol.TypePong, ID: f.ID})
 		return
 	}
 	if f.WritesMessage() {
 		if retry, ok := take(s.user.sends, nil); !ok {
-			s.refuse(connCtx, f.ID, "too many sends; slow down", retry, &s.refused.sends)
+			s.refuse(s.ctx, f.ID, "too many sends; slow down", retry, &s.refused.sends)
 			return
 		}
 	}
 	select {
 	case s.slots <- struct{}{}:
 	default:
-		s.refuse(connCtx, f.ID, "too many requests in flight", inFlightRetryAfter, &s.refused.inFlight)
+		s.refuse(s.ctx, f.ID, "too many requests in flight", inFlightRetryAfter, &s.refused.inFlight)
 		return
 	}
-	s.start(handlerCtx, h, f)
+	s.start(h, f)
 }
 
-// start runs f's handler on its own goroutine, holding one in-flight slot, after the previous
-// frame of its conversation (if any) has finished.
-func (s *Session) start(ctx context.Context, h Handler, f protocol.ClientFrame) {
+// start runs f's handler on its own goroutine under the session's context, holding one in-flight
+// slot, after the previous frame of its conversation (if any) has finished.
+func (s *Session) start(h Handler, f protocol.ClientFrame) {
+	ctx := s.ctx
 	var prev <-chan struct{}
 	var mine chan struct{}
 	if f.ConversationID != "" {

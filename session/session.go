@@ -48,6 +48,11 @@ type Handler interface {
 }
 
 // Session is one live WebSocket connection of one authenticated user.
+//
+// An idle session holds one goroutine, its reader, on the HTTP server's goroutine of the
+// connection. The writer runs only while frames wait (or to close the socket), and the keepalive
+// ping is a timer that takes a goroutine only while a ping waits for its pong: at tens of
+// thousands of mostly idle sockets per node, a goroutine's stack is most of what a connection costs.
 type Session struct {
 	id     string
 	userID string
@@ -66,10 +71,11 @@ type Session struct {
 	handlers sync.WaitGroup // HandleFrame goroutines
 
 	// Write side.
-	out  outbox
-	wake chan struct{} // 1-buffered: something was queued
+	out     outbox
+	writers sync.WaitGroup // the writer goroutine, while one runs
+	pings   keepalive
 
-	ctx       context.Context // cancelled when the session ends
+	ctx       context.Context // cancelled when the session ends; handlers run under it
 	cancel    context.CancelFunc
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -94,7 +100,6 @@ func New(conn *websocket.Conn, userID string, cfg Config, limits *Limits, log ze
 		frames: limiter(cfg.FrameRate, cfg.FrameBurst),
 		abuse:  limiter(cfg.AbuseRate, cfg.AbuseBurst),
 		slots:  make(chan struct{}, cfg.MaxInFlight),
-		wake:   make(chan struct{}, 1),
 		ctx:    ctx,
 		cancel: cancel,
 		closed: make(chan struct{}),
@@ -109,6 +114,7 @@ func (s *Session) ID() string { return s.id }
 func (s *Session) UserID() string { return s.userID }
 
 // Context is cancelled when the session ends; work done for this session alone should use it.
+// HandleFrame calls get it.
 func (s *Session) Context() context.Context { return s.ctx }
 
 // Close ends the session with a close code; the first call wins. Frames already queued are
@@ -124,7 +130,7 @@ func (s *Session) closeWith(code websocket.StatusCode, reason string) bool {
 	s.closeOnce.Do(func() {
 		won = true
 		s.closeCode, s.closeMsg = code, reason
-		s.out.close()
+		s.closeOutbox() // its writer flushes what waits and sends the close frame
 		s.cancel()
 		close(s.closed)
 	})
@@ -174,27 +180,16 @@ func (s *Session) Serve(ctx context.Context, h Handler) error {
 	// closeCode is read once the session has ended, when it is set for good.
 	defer func() { s.cfg.Metrics.sessionEnded(s.closeCode) }()
 
-	// The connection's own context outlives ctx: on shutdown the writer must still flush and
-	// send the close frame, and only then is the reader cut off. Handlers get a context that
-	// keeps ctx's values and ends with the session. The reader runs on this goroutine (the HTTP
-	// server's, for the connection), so an idle session costs two goroutines.
-	connCtx, cancelConn := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelConn()
-	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHandlers()
-	stopHandlers := context.AfterFunc(s.ctx, cancelHandlers)
-	defer stopHandlers()
 	stopWatching := context.AfterFunc(ctx, func() { s.Close(websocket.StatusGoingAway, "server shutting down") })
 	defer stopWatching()
-
-	var writer sync.WaitGroup
-	writer.Go(func() {
-		s.writeLoop(connCtx)
-		cancelConn()
-	})
-	s.readLoop(connCtx, handlerCtx, h)
+	s.openOutbox()
+	s.startPings()
+	// The reader runs on this goroutine (the HTTP server's, for the connection) until the
+	// connection ends; the writer ends it after the session closes.
+	s.readLoop(h)
+	s.stopPings()
 	s.handlers.Wait()
-	writer.Wait()
+	s.writers.Wait()
 	h.Closed(s)
 	return nil
 }

@@ -9,59 +9,34 @@ import (
 	"github.com/coder/websocket"
 )
 
-// writeLoop is the only writer of frames to the socket. Each round it writes the must-deliver
-// frames waiting when the round began, in FIFO order, then the ephemeral frames waiting, so a
-// stream of pushes cannot starve typing and badges nor the other way round. It also pings, so
-// a peer that stops answering is closed within PingInterval+PongTimeout.
-func (s *Session) writeLoop(ctx context.Context) {
-	ticker := time.NewTicker(s.cfg.PingInterval)
-	defer ticker.Stop()
-	// The ping waits for its pong on a goroutine of its own: the reader may be waiting for this
-	// writer to make room for a reply, and only the reader can receive the pong.
-	pingCtx, stopPings := context.WithCancel(ctx)
-	var pings sync.WaitGroup
-	defer pings.Wait()
-	defer stopPings()
-	pinged := make(chan error, 1)
-	pinging := false
-
+// writeLoop is the only writer of frames to the socket. It runs while frames wait, started by
+// the first frame queued to an idle session (startWriter), and ends when the queue is
+// empty, so an idle session has no writer goroutine; the outbox lets one run at a time. Each
+// round it writes the must-deliver frames waiting when the round began, in FIFO order, then the
+// ephemeral frames waiting, so a stream of pushes cannot starve typing and badges nor the other
+// way round. Once the session is closing it flushes and sends the close frame (finish).
+func (s *Session) writeLoop() {
 	for {
-		select {
-		case <-s.closed:
-			s.finish(ctx)
-			return
-		default:
-		}
-		if err := s.writeRound(ctx); err != nil {
-			s.log.Debug().Err(err).Msg("write")
-			s.Close(websocket.StatusAbnormalClosure, "")
-			s.finish(ctx)
-			return
-		}
-		select {
-		case <-s.wake:
-		case <-ticker.C:
-			if !pinging {
-				pinging = true
-				pings.Go(func() {
-					pctx, cancel := context.WithTimeout(pingCtx, s.cfg.PongTimeout)
-					defer cancel()
-					pinged <- s.conn.Ping(pctx)
-				})
+		switch s.out.nextRound() {
+		case roundWrite:
+			if err := s.writeRound(); err != nil {
+				s.log.Debug().Err(err).Msg("write")
+				s.Close(websocket.StatusAbnormalClosure, "")
+				s.finish()
+				return
 			}
-		case err := <-pinged:
-			pinging = false
-			if err != nil && s.closeWith(websocket.StatusPolicyViolation, "ping timeout") {
-				s.cutLog(websocket.StatusPolicyViolation).Err(err).Msg("ping timeout; closing")
-			}
-		case <-s.closed:
+		case roundFinish:
+			s.finish()
+			return
+		case roundIdle:
+			return
 		}
 	}
 }
 
 // writeRound writes what waits when it starts: must-deliver frames, then ephemeral ones. It
 // returns early when the session closes, leaving the rest to finish.
-func (s *Session) writeRound(ctx context.Context) error {
+func (s *Session) writeRound() error {
 	must, eph := s.out.waiting()
 	for range must {
 		if s.closing() {
@@ -71,7 +46,7 @@ func (s *Session) writeRound(ctx context.Context) error {
 		if !ok {
 			break
 		}
-		err := s.write(ctx, f.data)
+		err := s.write(context.Background(), f.data)
 		s.out.written(f)
 		if err != nil {
 			return err
@@ -85,7 +60,7 @@ func (s *Session) writeRound(ctx context.Context) error {
 		if !ok {
 			break
 		}
-		if err := s.write(ctx, data); err != nil {
+		if err := s.write(context.Background(), data); err != nil {
 			return err
 		}
 	}
@@ -102,10 +77,11 @@ func (s *Session) closing() bool {
 }
 
 // finish flushes what is queued (bounded by WriteTimeout in all) unless the client was cut for
-// not reading or the connection broke, then sends the close frame.
-func (s *Session) finish(ctx context.Context) {
+// not reading or the connection broke, then sends the close frame. Closing the connection is
+// also what ends the reader's Read.
+func (s *Session) finish() {
 	defer s.out.discard()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.WriteTimeout)
 	defer cancel()
 	if s.closeCode == websocket.StatusAbnormalClosure {
 		_ = s.conn.CloseNow() // the connection is already broken; nothing to say
@@ -148,4 +124,67 @@ func (s *Session) write(ctx context.Context, frame []byte) error {
 	}
 	s.cfg.Metrics.frameWritten(len(frame))
 	return nil
+}
+
+// keepalive pings the peer every PingInterval and closes the session when a pong does not come
+// within PongTimeout. It is a timer, not a goroutine waiting: the timer's function pings on a
+// goroutine of its own that lives only until the pong (the reader receives it), then arms the
+// timer again. The ping runs under the session's context, so a session that closes while a
+// ping is in flight ends at once instead of at PongTimeout. Pings are control frames, which
+// coder/websocket writes between whole frames of the writer.
+type keepalive struct {
+	mu      sync.Mutex
+	timer   *time.Timer    // nil until startPings
+	stopped bool           // no ping may start; guarded by mu
+	pinging sync.WaitGroup // the ping in flight, if any
+}
+
+// startPings arms the first ping.
+func (s *Session) startPings() {
+	k := &s.pings
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped {
+		k.timer = time.AfterFunc(s.cfg.PingInterval, s.ping)
+	}
+}
+
+// ping runs on the timer's goroutine: it waits for the pong, then arms the next ping.
+func (s *Session) ping() {
+	k := &s.pings
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
+	}
+	k.pinging.Add(1) // under mu, so never once stopPings has begun to wait
+	k.mu.Unlock()
+	defer k.pinging.Done()
+
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PongTimeout)
+	err := s.conn.Ping(ctx)
+	cancel()
+	if err != nil {
+		if s.ctx.Err() == nil && s.closeWith(websocket.StatusPolicyViolation, "ping timeout") {
+			s.cutLog(websocket.StatusPolicyViolation).Err(err).Msg("ping timeout; closing")
+		}
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped {
+		k.timer.Reset(s.cfg.PingInterval)
+	}
+}
+
+// stopPings ends the pings and waits for one in flight, which the session's end has cancelled.
+func (s *Session) stopPings() {
+	k := &s.pings
+	k.mu.Lock()
+	k.stopped = true
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+	k.mu.Unlock()
+	k.pinging.Wait()
 }

@@ -3,7 +3,9 @@
 // among them, sends at a target rate for a duration and reports acked sends per second, send->ack
 // and send->delivered latency percentiles, delivered messages per second, errors by code and, given
 // the nodes' process ids, their resident memory per connection. With -idle it only opens the
-// connections and holds them, for the memory measurement.
+// connections and holds them, for the memory measurement; -floor then measures a bare
+// coder/websocket server holding as many connections in the same run, the floor chatd's memory
+// per connection is compared with.
 //
 // Each message carries its send time, so delivery latency is computed by the receiver with no
 // shared state; that also lets the load be spread over several processes (-procs), which the
@@ -62,6 +64,7 @@ type config struct {
 
 	// Only the parent uses these.
 	Idle       bool          `json:"-"`
+	Floor      bool          `json:"-"`
 	Warmup     bool          `json:"-"`
 	Hold       time.Duration `json:"-"`
 	Settle     time.Duration `json:"-"`
@@ -73,6 +76,13 @@ type config struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if os.Getenv(floorEnv) != "" {
+		if err := runFloorServer(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "chatbench floor server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if spec := os.Getenv(childEnv); spec != "" {
 		if err := runChild(ctx, spec, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "chatbench child:", err)
@@ -126,6 +136,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of the send order")
 	fs.BoolVar(&cfg.Warmup, "warmup", true, "send one unmeasured message to every conversation first, so owners have loaded them")
 	fs.BoolVar(&cfg.Idle, "idle", false, "only open the connections and hold them (memory per connection)")
+	fs.BoolVar(&cfg.Floor, "floor", false, "with -idle, then hold as many idle connections to a bare coder/websocket server (a child process) and report its memory per connection and chatd's ratio to it")
 	fs.DurationVar(&cfg.Hold, "hold", 0, "with -idle, how long to hold the connections; 0 holds until interrupted")
 	fs.DurationVar(&cfg.Settle, "settle", 5*time.Second, "wait after connecting before reading the servers' memory")
 	fs.IntVar(&cfg.Procs, "procs", 1, "processes to spread the connections over (each process may hold about 19,900 sockets)")
@@ -177,6 +188,8 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 		return cfg, errors.New("-clients must be at least 1")
 	case cfg.Procs < 1 || cfg.Procs > cfg.Clients:
 		return cfg, errors.New("-procs must be between 1 and -clients")
+	case cfg.Floor && !cfg.Idle:
+		return cfg, errors.New("-floor needs -idle")
 	case !cfg.Idle && cfg.Rate <= 0:
 		return cfg, errors.New("-rate must be positive")
 	case cfg.GroupSize < 2 && cfg.Groups > 0:

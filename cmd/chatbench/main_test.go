@@ -13,10 +13,17 @@ import (
 	"github.com/chatd/chatd/testenv"
 )
 
-// TestMain lets the test binary stand in for chatbench's child processes, as -procs starts them;
-// run as the tests, it fails the package if a goroutine (a worker, a connection's reader)
-// outlives them.
+// TestMain lets the test binary stand in for chatbench's child processes, as -procs and -floor
+// start them; run as the tests, it fails the package if a goroutine (a worker, a connection's
+// reader) outlives them.
 func TestMain(m *testing.M) {
+	if os.Getenv(floorEnv) != "" {
+		if err := runFloorServer(os.Stdin, os.Stdout); err != nil {
+			os.Stderr.WriteString("floor server: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if spec := os.Getenv(childEnv); spec != "" {
 		if err := runChild(context.Background(), spec, os.Stdin, os.Stdout); err != nil {
 			os.Stderr.WriteString("child: " + err.Error() + "\n")
@@ -133,5 +140,41 @@ func TestLoadAgainstNode(t *testing.T) {
 				t.Fatalf("table report (%v):\n%s", err, table.String())
 			}
 		})
+	}
+}
+
+// TestIdleWithFloor holds idle connections to a real node, then as many to the bare server of
+// -floor, and reports both.
+func TestIdleWithFloor(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	cfg, err := parseFlags([]string{"-url", n.URL(), "-idle", "-floor", "-clients", "10", "-prefix", "floor",
+		"-hold", "1ms", "-settle", "0", "-server-pid", strconv.Itoa(os.Getpid()), "-json"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log bytes.Buffer
+	rep, err := runBench(ctx, cfg, &log)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+	var out bytes.Buffer
+	if err := rep.print(&out, true); err != nil {
+		t.Fatal(err)
+	}
+	var j reportJSON
+	if err := json.Unmarshal(out.Bytes(), &j); err != nil {
+		t.Fatalf("decode report: %v\n%s", err, out.String())
+	}
+	switch {
+	case j.Mode != "idle" || j.Connect.OK != 10:
+		t.Fatalf("connected %d of 10 in mode %s:\n%s", j.Connect.OK, j.Mode, out.String())
+	case j.Floor == nil || j.Floor.RSS.Connections != 10 || j.Floor.RSS.ConnectedKiB <= 0:
+		t.Fatalf("no floor figures for 10 connections:\n%s", out.String())
+	}
+	if _, err := parseFlags([]string{"-floor"}, func(string) string { return "" }); err == nil {
+		t.Error("-floor without -idle was accepted")
 	}
 }

@@ -19,6 +19,7 @@ type report struct {
 	Warmup           *result
 	Drive            *result
 	RSS              rssReport
+	Floor            *rssReport // the bare server of -floor
 	HeldFor          time.Duration
 	ServerCPUSeconds float64
 }
@@ -91,6 +92,7 @@ type reportJSON struct {
 	ConnectLatency   latencies  `json:"connectLatency"`
 	RSS              rssReport  `json:"rss"`
 	RSSPerConnKiB    float64    `json:"rssPerConnKiB"`
+	Floor            *floorJSON `json:"floor,omitempty"`
 	HeldSeconds      float64    `json:"heldSeconds,omitempty"`
 	Setup            *phaseJSON `json:"setup,omitempty"`
 	Warmup           *phaseJSON `json:"warmup,omitempty"`
@@ -98,6 +100,14 @@ type reportJSON struct {
 	UnconfirmedJoins int64      `json:"unconfirmedJoins,omitempty"`
 	MaxConnRate      float64    `json:"maxConnRate,omitempty"`
 	Load             *loadJSON  `json:"load,omitempty"`
+}
+
+// floorJSON is the bare server's memory and chatd's per connection over it.
+type floorJSON struct {
+	RSS           rssReport `json:"rss"`
+	RSSPerConnKiB float64   `json:"rssPerConnKiB"`
+	// Ratio is the nodes' RSS per connection over the floor's, both measured in this run.
+	Ratio float64 `json:"ratio"`
 }
 
 type loadJSON struct {
@@ -123,6 +133,12 @@ func (r *report) toJSON() reportJSON {
 		HeldSeconds: r.HeldFor.Seconds(), Setup: phaseOf(r.Setup), Warmup: phaseOf(r.Warmup)}
 	if r.cfg.Idle {
 		out.Mode = "idle"
+	}
+	if f := r.Floor; f != nil {
+		out.Floor = &floorJSON{RSS: *f, RSSPerConnKiB: f.perConnKiB()}
+		if out.Floor.RSSPerConnKiB > 0 {
+			out.Floor.Ratio = out.RSSPerConnKiB / out.Floor.RSSPerConnKiB
+		}
 	}
 	if c := r.Connect; c != nil {
 		out.ConnectLatency = summarize(c.Latency)
@@ -183,6 +199,11 @@ func (r *report) print(w io.Writer, asJSON bool) error {
 		if j.RSS.AfterLoadKiB > 0 {
 			row("\t%.1f MiB after the load", mib(j.RSS.AfterLoadKiB))
 		}
+	}
+	if f := j.Floor; f != nil {
+		row("floor RSS\t%.1f MiB before, %.1f MiB with %d connections: %.1f KiB per connection", mib(f.RSS.BeforeKiB),
+			mib(f.RSS.ConnectedKiB), f.RSS.Connections, f.RSSPerConnKiB)
+		row("server/floor\t%.2fx per connection", f.Ratio)
 	}
 	if p := j.Setup; p != nil {
 		row("setup\t%d conversations, %d memberships in %.1fs%s", p.OK, j.Memberships, p.Seconds, errorText(p.Errors))

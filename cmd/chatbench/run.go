@@ -148,7 +148,11 @@ func runAll(ctx context.Context, shares []share, phase string) (*result, error) 
 func runBench(ctx context.Context, cfg config, log io.Writer) (rep *report, err error) {
 	log = &lockedWriter{w: log} // the children's stderr is copied into it too
 	shareCfgs := split(cfg)
-	if err := checkFiles(shareCfgs[0].Clients); err != nil {
+	perProcess := shareCfgs[0].Clients
+	if cfg.Floor {
+		perProcess = max(perProcess, cfg.Clients) // this process holds every floor connection
+	}
+	if err := checkFiles(perProcess); err != nil {
 		return nil, err
 	}
 	var shares []share
@@ -240,6 +244,15 @@ func runBench(ctx context.Context, cfg config, log io.Writer) (rep *report, err 
 	logf(log, "closing")
 	if _, err = runAll(ctx, shares, phaseClose); err != nil {
 		return rep, err
+	}
+	if cfg.Floor {
+		// After chatd's connections are closed, so that the floor's sockets and chatd's are
+		// never open at once in this process.
+		floor, err := measureFloor(ctx, cfg, log)
+		if err != nil {
+			return rep, err
+		}
+		rep.Floor = &floor
 	}
 	return rep, nil
 }
