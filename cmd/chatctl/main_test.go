@@ -150,6 +150,25 @@ func TestEditReactReplyDelete(t *testing.T) {
 	if _, errOut, code := alice.run(ctx, "", "edit", dm, "2", "not mine"); code != exitFailure || !strings.Contains(errOut, "forbidden") {
 		t.Errorf("editing bob's message: exit %d, stderr %q; want 1 and forbidden", code, errOut)
 	}
+	// Bob's tail is a device: what it printed is delivered, which alice's receipts count.
+	if seq := alice.must("send", dm, "still there?"); seq != "3" {
+		t.Fatalf("alice's send acked seq %q, want 3", seq)
+	}
+	bob.must("tail", "-n", "1", "-count", "1", dm)
+	conn := testenv.Connect(t, n.URL(), "alice")
+	testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		r, err := conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReceipts, ConversationID: dm, Seq: 3})
+		if err != nil {
+			return err
+		}
+		if r.DeliveredTo == nil || *r.DeliveredTo != 1 {
+			return fmt.Errorf("message 3 is delivered to %+v members; want 1 after bob's tail printed it", r.DeliveredTo)
+		}
+		return nil
+	})
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
 	// Each command above connected and went away: bob was last seen, and alice asks while online.
 	if got := alice.must("presence", "bob", "alice"); !strings.Contains(got, "bob last seen ") || !strings.Contains(got, "alice online") {
 		t.Errorf("presence of bob and alice: %q; want bob last seen and alice (asking) online", got)

@@ -49,6 +49,9 @@ type tailer struct {
 	count   int // stop after this many; 0 means never
 	printed int
 	last    int64 // the highest seq printed (or skipped at the start)
+	// reported is the highest seq told to the server as delivered: a tail is a device, and the
+	// sender's ✓✓ says a message reached one.
+	reported int64
 }
 
 // run follows until interrupted, until count messages are printed, or until a failure no reconnect
@@ -116,7 +119,7 @@ func (t *tailer) follow(ctx context.Context, s *session, first bool) error {
 			return err
 		}
 	}
-	if err := t.catchUp(ctx, s, target); err != nil {
+	if err := t.afterPrinting(ctx, s, t.catchUp(ctx, s, target)); err != nil {
 		return err
 	}
 	return t.pump(ctx, s, true)
@@ -144,10 +147,33 @@ func (t *tailer) pump(ctx context.Context, s *session, wait bool) error {
 		if !ok {
 			return fmt.Errorf("connection lost: %w", s.conn.Err())
 		}
-		if err := t.handle(ctx, s, f); err != nil {
+		if err := t.afterPrinting(ctx, s, t.handle(ctx, s, f)); err != nil {
 			return err
 		}
 	}
+}
+
+// reported_ reports what was printed as delivered after a step that printed (even the one that
+// reached -count), and returns the step's error, or the report's.
+func (t *tailer) afterPrinting(ctx context.Context, s *session, stepErr error) error {
+	if err := t.reportDelivered(ctx, s); err != nil && stepErr == nil {
+		return err
+	}
+	return stepErr
+}
+
+// reportDelivered tells the server how far this tail has received, when that moved.
+func (t *tailer) reportDelivered(ctx context.Context, s *session) error {
+	if t.last <= t.reported {
+		return nil
+	}
+	ctx, cancel := t.c.requestContext(ctx)
+	defer cancel()
+	if err := s.conn.Post(ctx, protocol.ClientFrame{Type: protocol.TypeDelivered, ConversationID: t.convID, Seq: t.last}); err != nil {
+		return err
+	}
+	t.reported = t.last
+	return nil
 }
 
 // handle prints a pushed message of the conversation, first filling any gap before it.
