@@ -153,7 +153,7 @@ func (t *tailer) pump(ctx context.Context, s *session, wait bool) error {
 	}
 }
 
-// reported_ reports what was printed as delivered after a step that printed (even the one that
+// afterPrinting reports what was printed as delivered after a step that printed (even the one that
 // reached -count), and returns the step's error, or the report's.
 func (t *tailer) afterPrinting(ctx context.Context, s *session, stepErr error) error {
 	if err := t.reportDelivered(ctx, s); err != nil && stepErr == nil {
