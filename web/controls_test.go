@@ -173,8 +173,10 @@ func TestReplyShowsQuote(t *testing.T) {
 	carol.waitFor("the tombstone of bob's message", present(msgSel(1)+` .body.deleted`))
 }
 
-// TestReplyToMessageNotLoaded: a reply to a message outside the loaded window quotes "a
-// message", and its quote loads the answered message and shows it.
+// TestReplyToMessageNotLoaded: a reply to a message outside the loaded window shows the quote
+// the server put on it (sender and text, nothing loaded); when the answered message is deleted
+// for everyone, the quote says so at once, still without it loaded; and the quote loads the
+// answered message and shows it.
 func TestReplyToMessageNotLoaded(t *testing.T) {
 	s := startDM(t, defaultNode(t), "bob", "alice", nil)
 	bob := s.page
@@ -193,9 +195,12 @@ func TestReplyToMessageNotLoaded(t *testing.T) {
 	})
 	bob.do("reload, to open the conversation at its newest page", chromedp.Reload())
 	bob.waitConnected()
-	bob.waitFor("the reply, with the first message not loaded", fmt.Sprintf(`document.getElementById('messages').dataset.lastSeq === '71' && Number(document.getElementById('messages').dataset.firstSeq) > 1 && (q => !!q && q.classList.contains('missing') && q.textContent === 'a message')(document.querySelector(%q))`, msgSel(71)+" .quote"))
+	bob.waitFor("the reply with the server's quote, the first message not loaded", fmt.Sprintf(`document.getElementById('messages').dataset.lastSeq === '71' && Number(document.getElementById('messages').dataset.firstSeq) > 1 && (q => !!q && q.classList.contains('loaded') && q.querySelector('.quote-sender').textContent === 'alice' && q.querySelector('.quote-text').textContent === 'msg 001')(document.querySelector(%q))`, msgSel(71)+" .quote"))
+
+	deleteMessage(t, s.ctx, s.peer, s.dm.ID, 1)
+	bob.waitFor("the quote to say the message was deleted", fmt.Sprintf(`!document.querySelector(%q) && (q => !!q && q.classList.contains('deleted') && q.textContent === 'deleted message')(document.querySelector(%q))`, msgSel(1), msgSel(71)+" .quote"))
 	bob.do("click the quote", chromedp.Click(chromedp.CSS(msgSel(71)+" .quote")))
-	bob.waitFor("the answered message loaded and in view", inView(1)+` && document.querySelector('#messages > li[data-seq="1"] .body').textContent === 'msg 001'`)
+	bob.waitFor("the answered message loaded and in view, a tombstone", inView(1)+` && !!document.querySelector('#messages > li[data-seq="1"] .body.deleted')`)
 }
 
 // TestDeleteForEveryone: alice deletes her message with a long-press on a phone, after a

@@ -611,6 +611,8 @@
       delete m.editedAt;
       delete m.quote;
     }, true);
+    // Replies to it that are on screen show their quote as deleted, also when it is not loaded.
+    if (f.conversationId === state.openId) renderMessages();
   }
 
   // ---- Changes of messages: edits, reactions, deletions -------------------------------------
