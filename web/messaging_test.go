@@ -212,3 +212,84 @@ func TestDeliveredTicks(t *testing.T) {
 	alice.waitFor("both messages read", tickIs(1, "Read")+` && `+tickIs(2, "Read"))
 	alice.screenshot("14-read-ticks")
 }
+
+// presenceIs is a JavaScript condition: the open DM's header says the peer's presence matches re
+// (a regular expression; "^$" for nothing shown).
+func presenceIs(re string) string {
+	return fmt.Sprintf(`(m => new RegExp(%q).test(m.dataset.presence || '') && m.textContent.includes(m.dataset.presence || ''))(document.getElementById('conv-meta'))`, re)
+}
+
+// TestPresenceInDM: alice's DM header shows bob online, "last seen" once his page is gone, online
+// again when he is back; when bob turns "Show when I'm online" off, alice sees neither, also
+// after a reload.
+func TestPresenceInDM(t *testing.T) {
+	n, alice, bob := twoInADM(t)
+	alice.waitFor("bob online", presenceIs(`^online$`))
+
+	// Signing out closes bob's only socket. (Leaving for another address does not always: the
+	// browser may keep the page, socket and all, in its back-forward cache.)
+	bob.do("open the settings", chromedp.Click(chromedp.ID("open-settings")))
+	bob.do("sign out", chromedp.Click(chromedp.ID("sign-out")))
+	alice.waitFor("bob last seen", presenceIs(`^last seen \S`))
+	bob.signIn(n.URL(), "bob")
+	alice.waitFor("bob online again", presenceIs(`^online$`))
+	alice.screenshot("14-presence")
+
+	bob.do("open the settings", chromedp.Click(chromedp.ID("open-settings")))
+	bob.waitFor("the presence switch on", `document.getElementById('settings').open && document.getElementById('presence-switch').checked`)
+	bob.do("turn presence off", chromedp.Click(chromedp.ID("presence-switch")))
+	bob.waitFor("the switch saved", `document.getElementById('presence-status').textContent === 'Whether you are online is hidden.'`)
+	alice.waitFor("bob's presence hidden", presenceIs(`^$`))
+	hidden := false
+	for _, f := range sentFramesOf(bob, protocol.TypeSetPrivacy) {
+		hidden = hidden || (f.HidePresence != nil && *f.HidePresence)
+	}
+	if !hidden {
+		t.Fatalf("bob's page sent no set_privacy with hidePresence: %v", sentFramesOf(bob, protocol.TypeSetPrivacy))
+	}
+	alice.do("reload", chromedp.Reload())
+	alice.waitConnected()
+	alice.waitFor("the DM open again", `document.getElementById('conv-title').textContent === 'bob'`)
+	alice.waitFor("bob's presence still hidden", presenceIs(`^$`)+` && document.getElementById('conv-meta').textContent === 'Direct message'`)
+}
+
+// TestChangesCaughtUpAfterReconnect: while alice's page is cut off, bob edits one message, reacts
+// to another and deletes a third; when the page is back it asks sync for the changes after the
+// version it holds and shows all three, without reloading the messages.
+func TestChangesCaughtUpAfterReconnect(t *testing.T) {
+	var link *testenv.FaultProxy
+	s := startDM(t, defaultNode(t), "alice", "bob", func(n *testenv.Node) string {
+		link = testenv.StartFaultProxy(t, n.Addr())
+		return "http://" + link.Addr()
+	})
+	alice := s.page
+	alice.allowNetworkErrors = true
+	s.send(t, "msg", 1, 3)
+	alice.untilShown(1, 3)
+
+	link.SetDown(true)
+	alice.waitFor("the page to go offline", `document.getElementById('conn-status').dataset.state === 'offline'`)
+	change := func(what string, f protocol.ClientFrame) {
+		t.Helper()
+		f.ConversationID = s.dm.ID
+		if _, err := s.peer.Request(s.ctx, f); err != nil {
+			t.Fatalf("bob %s: %v", what, err)
+		}
+	}
+	change("edits 1", protocol.ClientFrame{Type: protocol.TypeEditMessage, Seq: 1, Body: "msg 001, edited"})
+	change("reacts to 2", protocol.ClientFrame{Type: protocol.TypeReact, Seq: 2, Emoji: "🎉"})
+	change("deletes 3", protocol.ClientFrame{Type: protocol.TypeDeleteMessage, Seq: 3})
+	histories := len(sentFramesOf(alice, protocol.TypeHistory))
+
+	link.SetDown(false)
+	alice.waitConnected()
+	alice.waitFor("the edit, the reaction and the deletion", bodyIs(1, "msg 001, edited")+` && `+present(msgSel(1)+" .meta .edited")+` && `+chipIs(2, "🎉", 1, false)+` && `+present(msgSel(3)+" .body.deleted"))
+	syncs := sentFramesOf(alice, protocol.TypeSync)
+	last := syncs[len(syncs)-1]
+	if _, ok := last.Versions[s.dm.ID]; !ok {
+		t.Fatalf("the reconnect's sync %+v names no version for the DM", last)
+	}
+	if h := len(sentFramesOf(alice, protocol.TypeHistory)); h != histories {
+		t.Fatalf("the page loaded %d history pages after the reconnect; the changes frame should have been enough", h-histories)
+	}
+}

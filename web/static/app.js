@@ -401,7 +401,7 @@
       // The changes (edits, reactions, deletions) made while this page was away, of the messages
       // it holds, come as changes frames before the reply.
       const c = state.convs.get(id);
-      if (c && c.heldVersion !== null) versions[id] = c.heldVersion;
+      if (c) versions[id] = c.heldVersion;
     }
     let reply;
     changesMore.clear();
@@ -457,9 +457,10 @@
         id: v.id, kind: v.kind, name: v.name || '', members: [], lastSeq: 0, readSeq: 0, unread: 0,
         activity: Date.parse(v.createdAt) || 0, peerReadSeq: 0, readBy: null, typing: new Map(),
         peerDeliveredSeq: 0, // in a DM, how far the other member's devices have received
-        // The change version this page holds of the conversation's messages (see noteVersion);
-        // null until a sync reply has said it.
-        heldVersion: null,
+        // The change version this page holds of the conversation's messages (see noteVersion):
+        // that of the first view of it, no later than any page loaded since (a lower one only
+        // brings changes again), then what each sync reply says.
+        heldVersion: v.version || 0,
         deletedSeqs: new Set(), // seqs this page saw deleted for everyone, for the quotes of replies to them
         firstSeq: 1, // the oldest seq this user can see; later after "delete conversation for me"
         gone: new Set(), // seqs above readSeq known to be tombstones (deleted for everyone): never unread
@@ -626,7 +627,7 @@
   // noteVersion advances the version the page holds of c, but only by one: a gap means a change
   // this page has not seen, which the next sync brings (docs/PROTOCOL.md, sync).
   function noteVersion(c, version) {
-    if (c && version && c.heldVersion !== null && version === c.heldVersion + 1) c.heldVersion = version;
+    if (c && version && version === c.heldVersion + 1) c.heldVersion = version;
   }
 
   // applyChange changes the held message seq of a conversation with change when version is newer
