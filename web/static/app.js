@@ -33,6 +33,8 @@
   const LONG_PRESS_SLOP_PX = 10; // a finger that moves further is scrolling, not pressing
   const QUOTE_CHARS = 80; // how much of a replied-to message its quote shows
   const MENU_SCROLL_CLOSE_PX = 40; // the message menu closes once its message has scrolled this far away
+  const DELIVERED_DEBOUNCE_MS = 300; // coalesce delivered positions while a replay or a page arrives
+  const PRESENCE_KEY = 'chatd.presence.'; // the presence switch as last set here: no frame tells it
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -50,7 +52,9 @@
     notice: $('notice'), noticeText: $('notice-text'), noticeClose: $('notice-close'),
     convMenuButton: $('conv-menu-button'), convMenu: $('conv-menu'), menuGroupInfo: $('menu-group-info'),
     menuBlock: $('menu-block'), menuHide: $('menu-hide'), menuLeave: $('menu-leave'),
-    msgMenu: $('msg-menu'), msgReply: $('msg-reply'), msgDelete: $('msg-delete'),
+    msgMenu: $('msg-menu'), msgReply: $('msg-reply'), msgDelete: $('msg-delete'), msgEdit: $('msg-edit'),
+    editBar: $('edit-bar'), editCancel: $('edit-cancel'),
+    presenceSwitch: $('presence-switch'), presenceStatus: $('presence-status'),
     replyBar: $('reply-bar'), replySender: $('reply-sender'), replyText: $('reply-text'), replyCancel: $('reply-cancel'),
     confirm: $('confirm'), confirmTitle: $('confirm-title'), confirmText: $('confirm-text'),
     confirmOk: $('confirm-ok'), confirmCancel: $('confirm-cancel'),
@@ -78,6 +82,8 @@
     view: 0, // bumped when the open conversation or its window is replaced
     replyTo: new Map(), // conversation id -> seq the next send there answers (the composer shows it)
     blocks: new Set(), // users this user blocks (list_blocks), for the DM menu and the settings panel
+    editing: null, // {convId, seq, draft}: the own message the composer edits, and the draft it set aside
+    presence: new Map(), // user id -> {online, lastSeen}: from presence pushes and presence_list replies
   };
 
   const conn = {
@@ -200,6 +206,8 @@
     state.pending.clear();
     state.replyTo.clear();
     state.blocks.clear();
+    state.presence.clear();
+    state.editing = null;
     state.openId = null;
     state.total = 0;
     ui.convList.replaceChildren();
@@ -356,13 +364,18 @@
       case 'message': onMessage(f); break;
       case 'ack': confirmSend(f.clientMsgId, ackedMessage(f)); break; // an ack that came after its timeout
       case 'conversation': if (f.conversation) onConversation(f.conversation); break;
-      case 'conversations': case 'synced': applyConversationList(f.conversations || []); break;
+      case 'conversations': applyConversationList(f.conversations || []); break;
       case 'cursor': onCursor(f); break;
       case 'receipt': onReceipt(f); break;
       case 'typing': onTyping(f); break;
       case 'removed': removeConv(f.conversationId); break;
       case 'hidden': onHidden(f); break;
       case 'deleted': onDeleted(f); break;
+      case 'edited': onEdited(f); break;
+      case 'reaction': onReaction(f); break;
+      case 'changes': onChanges(f); break;
+      case 'delivered': onPeerDelivered(f); break;
+      case 'presence': onPresence(f); break;
       case 'error': ui.sidebarError.textContent = f.message || f.code; break;
       default: break; // frames added to the protocol later are ignored
     }
@@ -372,6 +385,7 @@
     if (f.userId && f.userId !== me()) { signOut('Signed in as another user; please sign in again.'); return; }
     conn.attempt = 0;
     conn.live = true;
+    focusSent = undefined; // a new socket shows nothing
     reads.sent.clear(); // the sync reply carries the server's read positions
     setStatus('syncing', 'Syncing…');
     syncAll();
@@ -381,15 +395,27 @@
   // the server replays what came after (up to its limit) and answers with the conversation list.
   async function syncAll() {
     const since = {};
-    for (const [id, w] of state.windows) if (!w.hasAfter) since[id] = w.hi;
+    const versions = {};
+    for (const [id, w] of state.windows) {
+      if (!w.hasAfter) since[id] = w.hi;
+      // The changes (edits, reactions, deletions) made while this page was away, of the messages
+      // it holds, come as changes frames before the reply.
+      const c = state.convs.get(id);
+      if (c) versions[id] = c.heldVersion;
+    }
     let reply;
+    changesMore.clear();
     try {
-      reply = await request({ type: 'sync', since });
+      reply = await request({ type: 'sync', since, versions });
     } catch (err) {
       if (err.code !== 'disconnected' && conn.ws) conn.ws.close(1000, 'sync failed'); // start over
       return;
     }
-    applyConversationList(reply.conversations || []);
+    applyConversationList(reply.conversations || [], { synced: true });
+    if (changesMore.size) { syncAll(); return; } // a catch-up stopped at its limit: ask for the rest
+    sendFocus(); // a new socket shows nothing until told
+    flushDelivered();
+    requestPresence();
     loadBlocks();
     resendSavedReads();
     setStatus('connected', 'Connected');
@@ -430,6 +456,12 @@
       c = {
         id: v.id, kind: v.kind, name: v.name || '', members: [], lastSeq: 0, readSeq: 0, unread: 0,
         activity: Date.parse(v.createdAt) || 0, peerReadSeq: 0, readBy: null, typing: new Map(),
+        peerDeliveredSeq: 0, // in a DM, how far the other member's devices have received
+        // The change version this page holds of the conversation's messages (see noteVersion):
+        // that of the first view of it, no later than any page loaded since (a lower one only
+        // brings changes again), then what each sync reply says.
+        heldVersion: v.version || 0,
+        deletedSeqs: new Set(), // seqs this page saw deleted for everyone, for the quotes of replies to them
         firstSeq: 1, // the oldest seq this user can see; later after "delete conversation for me"
         gone: new Set(), // seqs above readSeq known to be tombstones (deleted for everyone): never unread
       };
@@ -453,10 +485,13 @@
     renderConvList();
   }
 
-  function applyConversationList(list) {
+  // applyConversationList applies a conversation list; the one of a sync reply also says which
+  // change version the page now holds of each (docs/PROTOCOL.md, sync).
+  function applyConversationList(list, { synced = false } = {}) {
     const seen = new Set();
     for (const v of list) {
-      upsertConv(v);
+      const c = upsertConv(v);
+      if (synced) c.heldVersion = changesMore.has(c.id) ? changesMore.get(c.id) : v.version || 0;
       seen.add(v.id);
     }
     for (const id of [...state.convs.keys()]) if (!seen.has(id)) removeConv(id);
@@ -569,10 +604,76 @@
       recountTotal();
       renderConvList();
     }
-    const w = state.windows.get(f.conversationId);
-    const m = w && w.bySeq.get(f.seq);
+    if (c) c.deletedSeqs.add(f.seq); // replies quoting it show the quote as deleted
+    applyChange(f.conversationId, f.seq, f.version, (m) => {
+      m.kind = 'deleted';
+      m.body = '';
+      delete m.reactions;
+      delete m.editedAt;
+      delete m.quote;
+    }, true);
+    // Replies to it that are on screen show their quote as deleted, also when it is not loaded.
+    if (f.conversationId === state.openId) renderMessages();
+  }
+
+  // ---- Changes of messages: edits, reactions, deletions -------------------------------------
+
+  // A message keeps its seq; its text, reactions and kind may change, each change with the
+  // conversation's next version. The page keeps, per seq, the state with the higher version, so
+  // a change that arrives twice (a live frame, then a sync catch-up) or late is applied once.
+
+  const changesMore = new Map(); // conversation id -> version a changes frame with hasMore stopped at
+
+  // noteVersion advances the version the page holds of c, but only by one: a gap means a change
+  // this page has not seen, which the next sync brings (docs/PROTOCOL.md, sync).
+  function noteVersion(c, version) {
+    if (c && version && version === c.heldVersion + 1) c.heldVersion = version;
+  }
+
+  // applyChange changes the held message seq of a conversation with change when version is newer
+  // than what the page holds of it; a message the page does not hold comes right in its next page.
+  function applyChange(convId, seq, version, change, force = false) {
+    noteVersion(state.convs.get(convId), version);
+    const w = state.windows.get(convId);
+    const m = w && w.bySeq.get(seq);
     if (!m) return;
-    w.bySeq.set(f.seq, { ...m, kind: 'deleted', body: '' });
+    if (version ? (m.version || 0) >= version : !force) return;
+    const next = { ...m, reactions: (m.reactions || []).map((r) => ({ ...r })) };
+    change(next);
+    if (version) next.version = version;
+    w.bySeq.set(seq, next);
+    if (convId === state.openId) renderMessages();
+  }
+
+  function onEdited(f) {
+    applyChange(f.conversationId, f.seq, f.version, (m) => {
+      if (m.kind !== 'text') return;
+      m.body = f.body || '';
+      m.editedAt = f.editedAt;
+    });
+  }
+
+  // onReaction applies one member's reaction: the emoji's count, and "me" when it is this user's.
+  function onReaction(f) {
+    applyChange(f.conversationId, f.seq, f.version, (m) => {
+      let r = m.reactions.find((x) => x.emoji === f.emoji);
+      if (!r) { r = { emoji: f.emoji, count: 0 }; m.reactions.push(r); }
+      r.count = f.count || 0;
+      if (f.userId === me()) r.me = !f.remove;
+      m.reactions = m.reactions.filter((x) => x.count > 0);
+    });
+  }
+
+  // onChanges: a sync catch-up, the held messages as they are now; each replaces the held one
+  // when newer.
+  function onChanges(f) {
+    const w = state.windows.get(f.conversationId);
+    for (const m of f.messages || []) {
+      const held = w && w.bySeq.get(m.seq);
+      if (m.kind === 'deleted') onDeleted({ conversationId: f.conversationId, seq: m.seq, version: 0 });
+      if (held && (m.version || 0) > (held.version || 0)) w.bySeq.set(m.seq, m);
+    }
+    if (f.hasMore) changesMore.set(f.conversationId, f.version);
     if (f.conversationId === state.openId) renderMessages();
   }
 
@@ -749,7 +850,9 @@
     for (const m of page.messages) {
       confirmFromHistory(m);
       rememberGone(c, m);
+      if (m.kind === 'deleted' && c) c.deletedSeqs.add(m.seq);
     }
+    if (page.messages.length) noteReceived(convId, page.messages[page.messages.length - 1].seq);
     return page;
   }
 
@@ -764,7 +867,11 @@
 
   function insertLive(w, m) {
     if (m.seq < w.lo) return;
-    if (m.seq <= w.hi) { w.bySeq.set(m.seq, m); return; } // a duplicate (replay, retry): same seq, same place
+    if (m.seq <= w.hi) { // a duplicate (replay, retry): same seq, same place, the newer state kept
+      const held = w.bySeq.get(m.seq);
+      if (!held || (m.version || 0) >= (held.version || 0)) w.bySeq.set(m.seq, { ...m, quote: m.quote || (held && held.quote) });
+      return;
+    }
     if (w.hasAfter) return; // the window is not at the newest messages; the slider shows more
     if (m.seq === w.hi + 1) {
       w.bySeq.set(m.seq, m);
@@ -883,7 +990,10 @@
     const c = state.convs.get(id);
     if (!c) return;
     flushRead();
+    if (state.editing && state.editing.convId !== id) cancelEdit({ focus: false });
     state.openId = id;
+    sendFocus();
+    if (c.kind === 'dm') requestPresence();
     history.replaceState(null, '', `#c=${encodeURIComponent(id)}`);
     document.body.classList.add('show-conv');
     showConversation();
@@ -905,7 +1015,9 @@
 
   function closeConversation() {
     flushRead();
+    cancelEdit({ focus: false });
     state.openId = null;
+    sendFocus();
     state.view++;
     document.body.classList.remove('show-conv');
     history.replaceState(null, '', location.pathname);
@@ -920,9 +1032,12 @@
     if (!c) return;
     ui.title.textContent = convTitle(c);
     const peer = dmPeer(c);
+    const presence = c.kind === 'dm' ? presenceText(peer) : '';
     ui.meta.textContent = c.kind === 'group' ? `${c.members.length} members: ${c.members.join(', ')}`
-      : state.blocks.has(peer) ? `Direct message · you blocked ${peer}` : 'Direct message';
+      : [state.blocks.has(peer) ? `Direct message · you blocked ${peer}` : 'Direct message', presence].filter(Boolean).join(' · ');
+    ui.meta.dataset.presence = presence;
     renderReplyBar();
+    renderEditBar();
     ui.scroller.setAttribute('aria-label', `Messages with ${convTitle(c)}`);
     renderTyping();
   }
@@ -994,9 +1109,9 @@
       }
       const mine = m.senderId === myId;
       const status = mine ? sentStatus(c, m, s === lastMine) : null;
-      const quote = m.replyTo && m.kind === 'text' ? quoteOf(w, m.replyTo) : null;
+      const quote = m.replyTo && m.kind === 'text' ? quoteOf(w, m.replyTo, m.quote) : null;
       items.push({
-        key: `s${s}`, sig: [m.kind, m.body, status && status.sig, quote && quote.sig].join('|'),
+        key: `s${s}`, sig: [m.kind, m.body, m.editedAt, reactionsSig(m), status && status.sig, quote && quote.sig].join('|'),
         build: () => messageItem(c, m, status, quote),
       });
     }
@@ -1114,7 +1229,10 @@
   function sentStatus(c, m, isLast) {
     if (c.kind === 'dm') {
       const read = m.seq <= c.peerReadSeq;
-      return { sig: read ? 'read' : 'sent', read, text: read ? '✓✓' : '✓', label: read ? 'Read' : 'Sent' };
+      const delivered = read || m.seq <= c.peerDeliveredSeq;
+      if (read) return { sig: 'read', read, delivered, text: '✓✓', label: 'Read' };
+      if (delivered) return { sig: 'delivered', read, delivered, text: '✓✓', label: 'Delivered' };
+      return { sig: 'sent', read, delivered, text: '✓', label: 'Sent' };
     }
     if (isLast && c.readBy && c.readBy.seq === m.seq) {
       const n = c.readBy.n;
@@ -1241,6 +1359,7 @@
       'data-state': 'sent', 'data-client-msg-id': m.clientMsgId,
     };
     if (status && status.read !== undefined) attrs['data-read'] = String(status.read);
+    if (status && status.delivered !== undefined) attrs['data-delivered'] = String(status.delivered);
     if (status && status.readBy !== undefined) attrs['data-read-by'] = String(status.readBy);
     const who = mine ? 'your message' : `message from ${m.senderId}`;
     // A tombstone has nothing left to answer or delete: no menu.
@@ -1252,11 +1371,28 @@
       h('span', { class: mine || c.kind === 'dm' ? 'sr-only' : 'sender' }, mine ? 'You' : m.senderId),
       quote ? quoteItem(quote) : null,
       bodyOf(m, c.id),
+      m.kind === 'text' ? reactionChips(m) : null,
       h('span', { class: 'meta' },
+        m.editedAt && m.kind === 'text' ? h('span', { class: 'edited', title: `Edited ${formatTime(m.editedAt)}` }, 'edited') : null,
         h('time', { datetime: m.createdAt }, formatTime(m.createdAt)),
         status ? h('span', { class: `tick ${status.sig}`, role: 'img', 'aria-label': status.label, title: status.title || status.label }, status.text) : null));
     // The button sits beside the bubble, on the side facing the middle of the pane.
     return mine ? h('li', attrs, menuButton, bubble) : h('li', attrs, bubble, menuButton);
+  }
+
+  // reactionsSig changes whenever what the chips show does.
+  const reactionsSig = (m) => (m.reactions || []).map((r) => `${r.emoji}${r.count}${r.me ? '*' : ''}`).join(',');
+
+  // reactionChips are the reactions under a message: "👍 2" per emoji, the ones this user used
+  // pressed (aria-pressed) and outlined; a click adds or takes away this user's.
+  function reactionChips(m) {
+    const list = (m.reactions || []).filter((r) => r.count > 0);
+    if (!list.length) return null;
+    return h('div', { class: 'reactions', role: 'group', 'aria-label': 'Reactions' },
+      ...list.map((r) => h('button', {
+        type: 'button', class: `chip${r.me ? ' me' : ''}`, 'data-emoji': r.emoji, 'aria-pressed': String(!!r.me),
+        'aria-label': `${r.emoji} ${r.count}${r.me ? ', you reacted; press to take yours away' : '; press to react too'}`,
+      }, `${r.emoji} ${r.count}`)));
   }
 
   function pendingItem(c, p, quote) {
@@ -1429,10 +1565,50 @@
       const readers = r.readers || [];
       if (c.kind === 'dm') {
         for (const rd of readers) if (rd.userId !== me()) c.peerReadSeq = Math.max(c.peerReadSeq, rd.readSeq);
+        if (r.deliveredTo >= 1) c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, seq);
+        // Delivered is a position too: when the newest own message has reached the other member's
+        // devices, every older one has, so one more question gives every message's ticks.
+        const last = lastOwnSeq(w);
+        if (last > Math.max(c.peerReadSeq, c.peerDeliveredSeq)) {
+          const r2 = await request({ type: 'receipts', conversationId: c.id, seq: last });
+          if (r2.deliveredTo >= 1) c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, last);
+          if (r2.readBy >= 1) c.peerReadSeq = Math.max(c.peerReadSeq, last);
+        }
       }
       c.readBy = { seq, n: r.readBy || 0, readers: readers.map((rd) => rd.userId) };
       if (c.id === state.openId) renderMessages();
     } catch { /* receipts are a nicety; the next receipt push asks again */ }
+  }
+
+  // ---- Delivered positions ---------------------------------------------------------------------
+
+  // The page tells the server, per conversation, the highest seq it has received (pushes, sync
+  // replays, pages), so a sender sees ✓✓ "delivered"; coalesced like the read cursor.
+  const delivery = { hi: new Map(), sent: new Map(), timer: null };
+
+  function noteReceived(convId, seq) {
+    if (seq <= (delivery.hi.get(convId) || 0)) return;
+    delivery.hi.set(convId, seq);
+    if (!delivery.timer) delivery.timer = setTimeout(flushDelivered, DELIVERED_DEBOUNCE_MS);
+  }
+
+  function flushDelivered() {
+    clearTimeout(delivery.timer);
+    delivery.timer = null;
+    for (const [id, seq] of delivery.hi) {
+      if (seq <= (delivery.sent.get(id) || 0)) continue;
+      // Not connected: kept, and sent after the next sync.
+      if (sendFrame({ type: 'delivered', conversationId: id, seq })) delivery.sent.set(id, seq);
+    }
+  }
+
+  // onPeerDelivered: the other member of a DM has received up to deliveredSeq: ✓✓ on own messages.
+  function onPeerDelivered(f) {
+    const c = state.convs.get(f.conversationId);
+    if (!c || c.kind !== 'dm' || f.userId === me()) return;
+    if ((f.deliveredSeq || 0) <= c.peerDeliveredSeq) return;
+    c.peerDeliveredSeq = f.deliveredSeq;
+    if (c.id === state.openId) renderMessages();
   }
 
   // ---- Sending ---------------------------------------------------------------------------------
@@ -1457,6 +1633,7 @@
 
   function submitMessage(ev) {
     ev.preventDefault();
+    if (state.editing && state.editing.convId === state.openId) { saveEdit(); return; }
     const c = openConv();
     const body = ui.input.value;
     if (!c || !body.trim() || !checkDraft()) return; // too long: the warning says so, the text stays
@@ -1596,6 +1773,8 @@
   function onMessage(m) {
     if (!m || !m.conversationId || !(m.seq > 0)) return;
     const c = state.convs.get(m.conversationId);
+    if (m.senderId !== me()) noteReceived(m.conversationId, m.seq);
+    if (c && m.kind === 'deleted') c.deletedSeqs.add(m.seq);
     const isNew = c && m.seq > c.lastSeq;
     // No badge frame comes with a message: unread is derived here, as the server does it (own
     // messages are read).
@@ -1763,6 +1942,7 @@
     msgMenuFor.seq = m.seq;
     msgMenuFor.scrollTop = ui.scroller.scrollTop;
     ui.msgDelete.hidden = m.senderId !== me(); // only the sender may delete for everyone
+    ui.msgEdit.hidden = m.senderId !== me(); // or edit
     showMenu(ui.msgMenu, li.querySelector('.msg-actions'));
     const r = at;
     const mr = ui.msgMenu.getBoundingClientRect();
@@ -1816,8 +1996,111 @@
       else openMessageMenu(button.closest('li'), button.getBoundingClientRect());
       return;
     }
+    const chip = e.target.closest('.chip');
+    if (chip) {
+      const seq = Number(chip.closest('li').dataset.seq);
+      react(state.openId, seq, chip.dataset.emoji, chip.getAttribute('aria-pressed') === 'true');
+      return;
+    }
     const quote = e.target.closest('.quote');
     if (quote) jumpToMessage(Number(quote.dataset.seq));
+  }
+
+  // ---- Reactions ------------------------------------------------------------------------------
+
+  function reactFromMenu(e) {
+    const pick = e.target.closest('.react-pick');
+    if (!pick) return;
+    const { convId, seq } = msgMenuFor;
+    const w = state.windows.get(convId);
+    const m = w && w.bySeq.get(seq);
+    const mine = m && (m.reactions || []).some((r) => r.emoji === pick.dataset.emoji && r.me);
+    closeMenus({ restoreFocus: true });
+    react(convId, seq, pick.dataset.emoji, mine);
+  }
+
+  // react adds (or, with remove, takes away) this user's emoji on a message. The chips change when
+  // the reaction frame comes back, on every device alike; a refusal (a limit) is told in words.
+  async function react(convId, seq, emoji, remove) {
+    if (!convId || !seq) return;
+    const frame = { type: 'react', conversationId: convId, seq, emoji };
+    if (remove) frame.remove = true;
+    try {
+      await request(frame);
+      announce(remove ? `Took away your ${emoji}` : `Reacted ${emoji}`);
+    } catch (err) {
+      showNotice(failureText(remove ? `Could not take away ${emoji}` : `Could not react with ${emoji}`, err));
+    }
+  }
+
+  // sendFocus tells the server which conversation this socket shows (or none): large groups push
+  // reactions only to sockets that have the conversation in focus.
+  let focusSent; // the conversation id last told, '' for none; undefined on a new socket
+  function sendFocus() {
+    const id = state.openId || '';
+    if (!conn.live || focusSent === id) return;
+    focusSent = id;
+    request(id ? { type: 'focus', conversationId: id } : { type: 'focus' }).catch(() => { focusSent = undefined; });
+  }
+
+  // ---- Editing --------------------------------------------------------------------------------
+
+  // startEdit puts an own message's text in the composer; Enter saves it, Escape gives the
+  // composer back the draft it held.
+  function startEdit() {
+    const { convId, seq } = msgMenuFor;
+    closeMenus();
+    const w = state.windows.get(convId);
+    const m = w && w.bySeq.get(seq);
+    if (convId !== state.openId || !m || m.kind !== 'text' || m.senderId !== me()) return;
+    const draft = state.editing ? state.editing.draft : ui.input.value;
+    state.editing = { convId, seq, draft };
+    ui.input.value = m.body || '';
+    renderEditBar();
+    ui.input.focus();
+    ui.input.setSelectionRange(ui.input.value.length, ui.input.value.length);
+  }
+
+  function cancelEdit({ focus = true } = {}) {
+    if (!state.editing) return;
+    ui.input.value = state.editing.draft;
+    state.editing = null;
+    renderEditBar();
+    if (focus) ui.input.focus();
+  }
+
+  function renderEditBar() {
+    const editing = !!state.editing && state.editing.convId === state.openId;
+    ui.editBar.hidden = !editing;
+    ui.editBar.dataset.seq = editing ? String(state.editing.seq) : '';
+    ui.send.textContent = editing ? 'Save' : 'Send';
+    autosize();
+    checkDraft();
+  }
+
+  // saveEdit sends the composer's text as the new text of the message being edited. The page
+  // shows it at once; the edited frame that follows brings its version and time. A refusal (the
+  // message was deleted meanwhile, a limit) is told in the server's words, and the text stays.
+  async function saveEdit() {
+    const { convId, seq } = state.editing;
+    const body = ui.input.value;
+    const w = state.windows.get(convId);
+    const m = w && w.bySeq.get(seq);
+    if (m && m.body === body) { cancelEdit(); return; }
+    if (!body.trim() || !checkDraft()) return;
+    ui.send.disabled = true;
+    try {
+      await request({ type: 'edit_message', conversationId: convId, seq, body });
+    } catch (err) {
+      showNotice(failureText('Could not edit the message', err));
+      return;
+    } finally {
+      ui.send.disabled = false;
+      checkDraft();
+    }
+    if (state.editing && state.editing.convId === convId && state.editing.seq === seq) cancelEdit();
+    applyChange(convId, seq, 0, (x) => { x.body = body; x.editedAt = x.editedAt || new Date().toISOString(); }, true);
+    announce('Message edited');
   }
 
   function startReply() {
@@ -1850,10 +2133,19 @@
   // quoteOf is what a reply shows of the message it answers, from the messages the page holds:
   // its sender and the start of its text; "a message" when it is not loaded, "deleted message"
   // for a tombstone. sig changes whenever what it shows does.
-  function quoteOf(w, seq) {
+  // The server's quote (serverQuote, on the reply itself) is used when there is one: it needs
+  // nothing loaded; a deletion this page has seen since still shows it as deleted.
+  function quoteOf(w, seq, serverQuote) {
     const m = w && w.bySeq.get(seq);
+    const c = state.convs.get(state.openId);
     let q;
-    if (!m) q = { seq, sender: '', text: 'a message', state: 'missing' };
+    if (serverQuote && (serverQuote.deleted || (c && c.deletedSeqs.has(seq)) || (m && m.kind === 'deleted'))) {
+      q = { seq, sender: '', text: 'deleted message', state: 'deleted' };
+    } else if (serverQuote) {
+      const text = (serverQuote.body || '').replace(/\s+/g, ' ').trim();
+      q = { seq, sender: serverQuote.senderId === me() ? 'You' : serverQuote.senderId, state: 'loaded',
+        text: text.length > QUOTE_CHARS ? `${text.slice(0, QUOTE_CHARS).trimEnd()}…` : text };
+    } else if (!m) q = { seq, sender: '', text: 'a message', state: 'missing' };
     else if (m.kind === 'deleted') q = { seq, sender: '', text: 'deleted message', state: 'deleted' };
     else {
       const text = (m.body || '').replace(/\s+/g, ' ').trim();
@@ -2071,6 +2363,8 @@
     ui.settingsError.textContent = '';
     ui.receiptsSwitch.checked = localStorage.getItem(PRIVACY_KEY + me()) !== 'hidden';
     ui.receiptsStatus.textContent = '';
+    ui.presenceSwitch.checked = localStorage.getItem(PRESENCE_KEY + me()) !== 'hidden';
+    ui.presenceStatus.textContent = '';
     renderBlocks();
     ui.settings.showModal();
     ui.receiptsSwitch.focus();
@@ -2092,6 +2386,54 @@
     } finally {
       ui.receiptsSwitch.disabled = false;
     }
+  }
+
+  async function setPresenceShown() {
+    const show = ui.presenceSwitch.checked;
+    ui.presenceSwitch.disabled = true;
+    ui.presenceStatus.textContent = 'Saving…';
+    try {
+      await request({ type: 'set_privacy', hidePresence: !show });
+      localStorage.setItem(PRESENCE_KEY + me(), show ? 'shown' : 'hidden');
+      ui.presenceStatus.textContent = show ? 'Others see when you are online.' : 'Whether you are online is hidden.';
+    } catch (err) {
+      ui.presenceSwitch.checked = !show; // the server kept the old setting
+      ui.presenceStatus.textContent = '';
+      ui.settingsError.textContent = failureText('Could not change who sees you online', err);
+    } finally {
+      ui.presenceSwitch.disabled = false;
+    }
+  }
+
+  // ---- Presence -------------------------------------------------------------------------------
+
+  // Presence is pushed for DM peers (and small groups) when it changes; the page asks for the open
+  // DM's peer when it opens it and after every reconnect, since pushes missed while away are gone.
+  function requestPresence() {
+    const peer = dmPeer(openConv());
+    if (!peer || !conn.live) return;
+    request({ type: 'presence', userIds: [peer] }).then((r) => {
+      const answered = new Set();
+      for (const p of r.presence || []) { state.presence.set(p.userId, p); answered.add(p.userId); }
+      // Left out: they hide their presence, or share no conversation any more.
+      if (!answered.has(peer)) state.presence.delete(peer);
+      if (dmPeer(openConv()) === peer) showConversation();
+    }).catch(() => { /* a nicety; the next push or reconnect tells */ });
+  }
+
+  function onPresence(f) {
+    if (!f.userId) return;
+    if (f.online || f.lastSeen) state.presence.set(f.userId, f);
+    else state.presence.delete(f.userId); // offline with no time: they now hide it
+    if (dmPeer(openConv()) === f.userId) showConversation();
+  }
+
+  // presenceText is "online", "last seen <time>", or nothing when it is not known or hidden.
+  function presenceText(userId) {
+    const p = state.presence.get(userId);
+    if (!p) return '';
+    if (p.online) return 'online';
+    return p.lastSeen ? `last seen ${formatTime(p.lastSeen)}` : '';
   }
 
   function renderBlocks() {
@@ -2152,6 +2494,10 @@
   ui.menuLeave.addEventListener('click', leaveGroup);
   ui.msgReply.addEventListener('click', startReply);
   ui.msgDelete.addEventListener('click', deleteForEveryone);
+  ui.msgEdit.addEventListener('click', startEdit);
+  ui.editCancel.addEventListener('click', () => cancelEdit());
+  ui.msgMenu.addEventListener('click', reactFromMenu);
+  ui.presenceSwitch.addEventListener('change', setPresenceShown);
   ui.replyCancel.addEventListener('click', cancelReply);
   ui.addMembersForm.addEventListener('submit', addMembers);
   ui.receiptsSwitch.addEventListener('change', setReceipts);
@@ -2183,6 +2529,7 @@
   ui.input.addEventListener('input', onInput);
   ui.input.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); ui.composer.requestSubmit(); }
+    if (e.key === 'Escape' && state.editing) { e.preventDefault(); cancelEdit(); }
   });
   ui.back.addEventListener('click', () => { closeConversation(); ui.convList.querySelector('button')?.focus(); });
   ui.jumpLatest.addEventListener('click', jumpToLatest);
