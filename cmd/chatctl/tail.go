@@ -159,6 +159,13 @@ func (t *tailer) afterPrinting(ctx context.Context, s *session, stepErr error) e
 	if err := t.reportDelivered(ctx, s); err != nil && stepErr == nil {
 		return err
 	}
+	if errors.Is(stepErr, errStopTail) {
+		// The tail exits now: wait until the report is handled, or the connection's close could
+		// overtake it. A request about the same conversation is answered after it.
+		if _, err := t.request(ctx, s, protocol.ClientFrame{Type: protocol.TypeFocus, ConversationID: t.convID}); err != nil {
+			return err
+		}
+	}
 	return stepErr
 }
 
