@@ -1154,6 +1154,7 @@ func newTestServiceWith(t *testing.T, cfg Config, engineCfg fanout.Config) *test
 		for _, c := range conns {
 			svc.Close(c) // closing twice is harmless: the engine no longer knows the connection
 		}
+		svc.Stop()
 		cancel()
 	})
 	return ts
@@ -1166,6 +1167,7 @@ func (ts *testService) open(user string) *fakeConn {
 	if _, err := ts.svc.Open(ts.ctx, c); err != nil {
 		ts.t.Fatalf("open %s: %v", user, err)
 	}
+	ts.svc.awaitPresence() // its presence reaches peers now, as part of the open, not amid a later step
 	ts.mu.Lock()
 	ts.conns = append(ts.conns, c)
 	ts.mu.Unlock()

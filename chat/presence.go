@@ -11,8 +11,9 @@ import (
 
 // Presence: who is online, and since when someone is not. A user is online while any node holds
 // a connection of theirs; each node records that it does when the user's first connection there
-// opens and drops the record when their last one there closes (then reads the others, in one of
-// the node's sync read slots), and a node that died is left out by asking Nodes which nodes live. A change is pushed only to
+// opens and drops the record when their last one there closes (then reads the others; one record
+// at a time, off the connect path, see recordPresences), and a node that died is left out by
+// asking Nodes which nodes live. A change is pushed only to
 // the members of the user's DMs and small groups (up to LiveReceiptsMaxMembers), one event per
 // such member on their own subject, so one frame per device and nothing at all to the members
 // of large groups, who ask with Presence when they want to know.
@@ -39,26 +40,56 @@ func (u *onlineUser) hidesPresence() bool {
 	return u.hidePresence
 }
 
-// presenceSlot takes one of the node's sync read slots for a presence record: a reconnect storm's
-// presence records queue with its loads instead of flooding the store (a hundred at once stalled
-// FerretDB past the driver's timeout in TestReconnectStormSharesStoreReads).
-func (s *Service) presenceSlot(ctx context.Context, uid string) (release func(), ok bool) {
-	release, err := s.syncReadSlot(ctx)
-	if err != nil {
-		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
-		return nil, false
+// presenceJob is a presence record to write: a user's first connection here opened (online) or
+// their last one here closed. A job with written set writes nothing and closes it: everything
+// queued before it is written (awaitPresence).
+type presenceJob struct {
+	uid     string
+	u       *onlineUser
+	online  bool
+	written chan struct{}
+}
+
+// recordPresences writes presence records one at a time, in the order connections came and went,
+// until Stop. Off the connect path and one at a time, because presence may lag by a moment while
+// the store is needed elsewhere: in a reconnect storm after a node dies, the new owners' reads and
+// the reconnecting users' loads come first (recording presence inside Open cost the owner-crash
+// failover about a second of store time).
+func (s *Service) recordPresences() {
+	defer close(s.presenceDone)
+	for job := range s.presenceJobs {
+		if job.written != nil {
+			close(job.written)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
+		if job.online {
+			s.cameOnline(ctx, job.uid, job.u)
+		} else {
+			s.wentOffline(ctx, job.uid, job.u)
+		}
+		cancel()
 	}
-	return release, true
+}
+
+// awaitPresence returns once the presence records queued before it are written (and their
+// events published), so a caller that needs them done (a test's next step) can wait for them.
+func (s *Service) awaitPresence() {
+	written := make(chan struct{})
+	s.presenceJobs <- presenceJob{written: written}
+	<-written
+}
+
+// Stop ends the presence writer once the records queued so far are written. Call it after the
+// node's last connection has closed.
+func (s *Service) Stop() {
+	close(s.presenceJobs)
+	<-s.presenceDone
 }
 
 // cameOnline records a user's first connection on this node and, if no other live node holds
 // one and they do not hide their presence, tells their peers they are online.
 func (s *Service) cameOnline(ctx context.Context, uid string, u *onlineUser) {
-	release, ok := s.presenceSlot(ctx, uid)
-	if !ok {
-		return
-	}
-	defer release()
 	nodes, err := s.store.MarkOnline(ctx, uid, s.cfg.NodeID, now())
 	if err != nil {
 		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
@@ -72,11 +103,6 @@ func (s *Service) cameOnline(ctx context.Context, uid string, u *onlineUser) {
 // wentOffline records that a user's last connection on this node closed and, if no other live
 // node holds one, stores when they were last seen and tells their peers (unless they hide it).
 func (s *Service) wentOffline(ctx context.Context, uid string, u *onlineUser) {
-	release, ok := s.presenceSlot(ctx, uid)
-	if !ok {
-		return
-	}
-	defer release()
 	nodes, err := s.store.MarkOffline(ctx, uid, s.cfg.NodeID)
 	if err != nil {
 		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")

@@ -141,7 +141,15 @@ type Service struct {
 	// syncReads holds one token per store read of a connecting or syncing session running now, at
 	// most MaxConcurrentSyncReads: a reconnect storm queues here rather than in the store.
 	syncReads chan struct{}
+
+	// presenceJobs feeds recordPresences, which closes presenceDone when Stop has closed it.
+	presenceJobs chan presenceJob
+	presenceDone chan struct{}
 }
+
+// presenceQueue bounds the presence records waiting to be written; a connect or disconnect waits
+// for room beyond it (thousands at once: a reconnect storm much larger than the store keeps up with).
+const presenceQueue = 4096
 
 // messageRange is one exact range read, the key under which identical reads are merged.
 type messageRange struct {
@@ -208,6 +216,8 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, engine *fano
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
 		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads), deleted: newDeletions()}
 	s.syncRanges = newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, s.admitSyncRange)
+	s.presenceJobs, s.presenceDone = make(chan presenceJob, presenceQueue), make(chan struct{})
+	go s.recordPresences()
 	for i := range s.users {
 		s.users[i].m = make(map[string]*onlineUser)
 	}
@@ -268,7 +278,7 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 		u.loadErr = s.load(ctx, uid, u)
 		close(u.loaded)
 		if u.loadErr == nil {
-			s.cameOnline(ctx, uid, u)
+			s.presenceJobs <- presenceJob{uid: uid, u: u, online: true}
 		}
 	}
 	select {
@@ -347,7 +357,7 @@ func (s *Service) Close(c Conn) {
 		s.log.Warn().Err(err).Str("user", uid).Msg("write read cursors on disconnect")
 	}
 	if u != nil && u.loadErr == nil && isClosed(u.loaded) {
-		s.wentOffline(ctx, uid, u)
+		s.presenceJobs <- presenceJob{uid: uid, u: u}
 	}
 }
 

@@ -454,6 +454,17 @@ func TestPresenceAcrossNodes(t *testing.T) {
 	}
 
 	second := dialWith(t, b, tokens["alice"], nil) // her phone, on the other node
+	// Presence is recorded off the connect path: wait until node B has recorded her phone.
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		p, err := store.PresenceOf(ctx, []string{"alice"})
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(p["alice"].Nodes, "rt-b") {
+			return fmt.Errorf("alice's presence records name nodes %v; want rt-b among them", p["alice"].Nodes)
+		}
+		return nil
+	})
 	mark := bob.len()
 	if err := alice.Close(); err != nil {
 		t.Fatal(err)

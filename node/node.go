@@ -351,6 +351,7 @@ func (n *Node) stopParts() {
 		if n.chat != nil {
 			close(n.stopResync)
 			<-n.resyncDone
+			n.chat.Stop() // its last presence records, while the store is still there
 		}
 		n.bus.Close()
 	}
