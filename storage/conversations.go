@@ -125,18 +125,14 @@ func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counter
 		if c.LastVersion > 0 {
 			raise = append(raise, bson.E{Key: "lastVersion", Value: c.LastVersion})
 		}
+		if p := c.Newest; p != nil {
+			// Documents compare field by field in order, seq first: $max keeps the newer message's
+			// preview, in the same statement (a filter beyond _id would cost FerretDB a scan).
+			raise = append(raise, bson.E{Key: "lastMessage", Value: *p})
+		}
 		models = append(models, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: id}}).
 			SetUpdate(bson.D{{Key: "$max", Value: raise}}))
-		if p := c.Newest; p != nil {
-			older := bson.A{
-				bson.D{{Key: "lastMessage", Value: bson.D{{Key: "$exists", Value: false}}}},
-				bson.D{{Key: "lastMessage.seq", Value: bson.D{{Key: "$lt", Value: p.Seq}}}},
-			}
-			models = append(models, mongo.NewUpdateOneModel().
-				SetFilter(bson.D{{Key: "_id", Value: id}, {Key: "$or", Value: older}}).
-				SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "lastMessage", Value: *p}}}}))
-		}
 		for _, p := range c.Changed {
 			models = append(models, mongo.NewUpdateOneModel().
 				SetFilter(bson.D{{Key: "_id", Value: id}, {Key: "lastMessage.seq", Value: p.Seq}}).
