@@ -185,7 +185,8 @@ func (s *Service) Presence(ctx context.Context, userID string, userIDs []string)
 		if !ok || (p.Hidden && id != userID) {
 			continue
 		}
-		entry := protocol.Presence{UserID: id, Online: slices.ContainsFunc(p.Nodes, s.alive)}
+		// The asker is online: they ask over a live connection, whose record may still be queued.
+		entry := protocol.Presence{UserID: id, Online: id == userID || slices.ContainsFunc(p.Nodes, s.alive)}
 		if !entry.Online {
 			entry.LastSeen = p.LastSeen
 		}

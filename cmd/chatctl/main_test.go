@@ -170,9 +170,13 @@ func TestEditReactReplyDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each command above connected and went away: bob was last seen, and alice asks while online.
-	if got := alice.must("presence", "bob", "alice"); !strings.Contains(got, "bob last seen ") || !strings.Contains(got, "alice online") {
-		t.Errorf("presence of bob and alice: %q; want bob last seen and alice (asking) online", got)
-	}
+	// Presence is recorded just after a connection comes or goes: poll.
+	testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if got := alice.must("presence", "bob", "alice"); !strings.Contains(got, "bob last seen ") || !strings.Contains(got, "alice online") {
+			return fmt.Errorf("presence of bob and alice: %q; want bob last seen and alice (asking) online", got)
+		}
+		return nil
+	})
 }
 
 func TestErrorsGoToStderrWithStatus(t *testing.T) {
