@@ -236,8 +236,10 @@ func (p *partition) flush(batch []pending) {
 		}
 	}
 	p.insert(ctx, fresh)
-	p.advanceCounters(ctx, entries, msgs)
-	p.storeChanges(ctx, entries, msgs)
+	// A change's version may not be stored before the conversation's lastVersion covers it.
+	if p.advanceCounters(ctx, entries, msgs) {
+		p.storeChanges(ctx, entries, msgs)
+	}
 	if p.stillOwner != nil && !p.stillOwner() {
 		// Another node holds the partition now; what was stored will be found by the new owner
 		// through the unique index when the client retries.
@@ -398,7 +400,7 @@ func (p *partition) storeChanges(ctx context.Context, entries []*entry, msgs *ba
 	if len(msgs.changed) == 0 {
 		return
 	}
-	err := p.advanced(entries)
+	var err error
 	updates := make([]storage.MessageUpdate, 0, len(msgs.changed))
 	for _, bm := range msgs.changed {
 		if err == nil && bm.msg.Kind == storage.KindDeleted {
@@ -416,29 +418,13 @@ func (p *partition) storeChanges(ctx context.Context, entries []*entry, msgs *ba
 	if errors.Is(err, storage.ErrConflict) {
 		reason = failSeqTaken
 	}
-	if !errors.Is(err, errNotAdvanced) {
-		p.seq.log.Error().Err(err).Int("partition", p.id).Int("messages", len(updates)).Msg("store changed messages")
-	}
+	p.seq.log.Error().Err(err).Int("partition", p.id).Int("messages", len(updates)).Msg("store changed messages")
 	for _, e := range entries {
 		if e.change != nil {
 			p.fail([]*entry{e}, reason)
 			e.change = nil
 		}
 	}
-}
-
-// errNotAdvanced says a batch's counters were not stored, so its changes must not be either: a
-// change's version may not be stored before the conversation's lastVersion covers it.
-var errNotAdvanced = errors.New("counters not advanced")
-
-// advanced reports errNotAdvanced when a change of the batch lost its answer in advanceCounters.
-func (p *partition) advanced(entries []*entry) error {
-	for _, e := range entries {
-		if e.change != nil && e.result == nil {
-			return errNotAdvanced
-		}
-	}
-	return nil
 }
 
 // insert stores the fresh entries with ordered insertMany calls. A duplicate clientMsgId is a
@@ -515,8 +501,8 @@ func (p *partition) fail(entries []*entry, reason string) {
 // touched, and moves their previews to the newest message (or to the new text of the newest
 // message, edited or deleted); changes are written after it, so lastVersion is never below a
 // stored version. If it fails nothing is acked: the stored messages stay remembered, so the retry
-// acks the same seq, and the changes are not written at all.
-func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs *batchMessages) {
+// acks the same seq, and the changes are not written at all: it reports false.
+func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs *batchMessages) bool {
 	counters := make(map[string]storage.Counters)
 	for _, e := range entries {
 		c, ok := p.convs[e.req.ConversationID]
@@ -547,7 +533,9 @@ func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs 
 				e.result, e.code, e.reason = nil, codeUnavailable, failStore
 			}
 		}
+		return false
 	}
+	return true
 }
 
 // publish sends the batch's stored messages to their conversations' fan-out subjects: new ones
