@@ -18,15 +18,14 @@ import (
 // EditMessage replaces the text of one of userID's own messages. The message keeps its seq;
 // every member's devices get an edited frame, and pages show the new text with its edit time.
 func (s *Service) EditMessage(ctx context.Context, userID, convID string, seq int64, body string) error {
-	_, err := s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: sequencer.OpEdit, Seq: seq, Body: body})
-	return err
+	return s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: sequencer.OpEdit, Seq: seq, Body: body})
 }
 
 // DeleteMessage tombstones one of userID's own messages for everyone; its seq stays. The owner
 // records the seq on the conversation, so unread counts leave it out, and every node that hears
 // the change tells its members' devices with a deleted frame (this node's counts learn it at once).
 func (s *Service) DeleteMessage(ctx context.Context, userID, convID string, seq int64) error {
-	if _, err := s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: sequencer.OpDelete, Seq: seq}); err != nil {
+	if err := s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: sequencer.OpDelete, Seq: seq}); err != nil {
 		return err
 	}
 	s.learnDeleted(convID, []int64{seq})
@@ -40,32 +39,31 @@ func (s *Service) React(ctx context.Context, userID, convID string, seq int64, e
 	if remove {
 		op = sequencer.OpUnreact
 	}
-	_, err := s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: op, Seq: seq, Emoji: emoji})
-	return err
+	return s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: op, Seq: seq, Emoji: emoji})
 }
 
 // change sends one change of a stored message through its conversation's owner, which checks it
 // against the message as stored, numbers it and publishes it once stored.
-func (s *Service) change(ctx context.Context, userID string, req sequencer.SendRequest) (protocol.Message, error) {
+func (s *Service) change(ctx context.Context, userID string, req sequencer.SendRequest) error {
 	if _, err := s.positionOf(userID, req.ConversationID); err != nil {
-		return protocol.Message{}, err
+		return err
 	}
 	req.SenderID = userID
 	req.ClientMsgID = uuid.NewString() // a retry of this request to a busy owner is made once
-	m, err := s.seq.Send(ctx, req)
+	_, err := s.seq.Send(ctx, req)
 	if r := ownerRefusal(err); r != nil {
-		return protocol.Message{}, r
+		return r
 	}
 	switch {
 	case errors.Is(err, sequencer.ErrNotMember):
-		return protocol.Message{}, errNotMember
+		return errNotMember
 	case errors.Is(err, sequencer.ErrUnavailable):
 		s.log.Warn().Err(err).Str("conversation", req.ConversationID).Msg("change not acknowledged")
-		return protocol.Message{}, refuse(ErrUnavailable, "message not changed; try again")
+		return refuse(ErrUnavailable, "message not changed; try again")
 	case err != nil:
-		return protocol.Message{}, fmt.Errorf("%s message %s/%d: %w", req.Op, req.ConversationID, req.Seq, err)
+		return fmt.Errorf("%s message %s/%d: %w", req.Op, req.ConversationID, req.Seq, err)
 	}
-	return m, nil
+	return nil
 }
 
 // ownerRefusal is the refusal of a change or a reply by the conversation's owner as the service
