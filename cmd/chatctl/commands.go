@@ -206,11 +206,7 @@ func (c *cli) sendWithRetries(ctx context.Context, send protocol.ClientFrame, re
 
 func runEdit(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("edit")
-	pos, err := c.parse(fs, args, 3, -1)
-	if err != nil {
-		return err
-	}
-	seq, err := parseSeq(pos[1])
+	pos, seq, err := c.parseMessage(fs, args, 3, -1)
 	if err != nil {
 		return err
 	}
@@ -220,11 +216,7 @@ func runEdit(ctx context.Context, c *cli, args []string) error {
 
 func runDelete(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("delete")
-	pos, err := c.parse(fs, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	seq, err := parseSeq(pos[1])
+	pos, seq, err := c.parseMessage(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -234,11 +226,7 @@ func runDelete(ctx context.Context, c *cli, args []string) error {
 func runReact(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("react")
 	remove := fs.Bool("remove", false, "take the reaction away")
-	pos, err := c.parse(fs, args, 3, 3)
-	if err != nil {
-		return err
-	}
-	seq, err := parseSeq(pos[1])
+	pos, seq, err := c.parseMessage(fs, args, 3, 3)
 	if err != nil {
 		return err
 	}
@@ -256,11 +244,7 @@ func (c *cli) change(ctx context.Context, f protocol.ClientFrame) error {
 
 func runReactions(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("reactions")
-	pos, err := c.parse(fs, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	seq, err := parseSeq(pos[1])
+	pos, seq, err := c.parseMessage(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -316,6 +300,17 @@ func orEmpty[T any](list []T) []T {
 		return []T{}
 	}
 	return list
+}
+
+// parseMessage parses a command whose first two arguments name a message (conversation, seq),
+// with min to max arguments in all (max -1: no bound), and returns them all and the seq.
+func (c *cli) parseMessage(fs *flag.FlagSet, args []string, min, max int) ([]string, int64, error) {
+	pos, err := c.parse(fs, args, min, max)
+	if err != nil {
+		return nil, 0, err
+	}
+	seq, err := parseSeq(pos[1])
+	return pos, seq, err
 }
 
 // parseSeq reads a message's seq from the command line.
