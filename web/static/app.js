@@ -792,17 +792,22 @@
   // hover and a click in progress survive a badge change.
   function fillConvItem(li, c) {
     const title = convTitle(c);
+    const sub = typers(c).length ? 'typing…' : c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message';
+    const badge = c.unread > 999 ? '999+' : String(c.unread);
     const button = li.firstElementChild;
-    button.setAttribute('aria-label', c.unread > 0 ? `${title}, ${c.unread} unread` : title);
+    // The name holds the words the entry shows, in their order (WCAG 2.5.3, label in name); the
+    // spaces between the parts keep those words apart in the visible text too.
+    button.setAttribute('aria-label', c.unread > 0 ? `${title}, ${sub}, ${badge} unread` : `${title}, ${sub}`);
     if (c.id === state.openId) button.setAttribute('aria-current', 'true');
     else button.removeAttribute('aria-current');
     button.replaceChildren(
-      h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true' }, title.slice(0, 1).toUpperCase()),
+      // The initial is drawn by CSS (attr(data-initial)): as text it would count as part of the
+      // button's visible label, which then would not match its name.
+      h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true', 'data-initial': title.slice(0, 1).toUpperCase() }),
       h('span', { class: 'conv-text' },
-        h('span', { class: 'conv-name' }, title),
-        h('span', { class: 'conv-sub muted' }, typers(c).length ? 'typing…'
-          : c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message')),
-      ...(c.unread > 0 ? [h('span', { class: 'badge', 'aria-hidden': 'true' }, c.unread > 999 ? '999+' : String(c.unread))] : []));
+        h('span', { class: 'conv-name' }, title), ' ',
+        h('span', { class: 'conv-sub muted' }, sub)),
+      ...(c.unread > 0 ? [' ', h('span', { class: 'badge', 'aria-hidden': 'true' }, badge)] : []));
   }
 
   function moveInList(e) {
@@ -1256,13 +1261,14 @@
     return d.toLocaleDateString([], { weekday: 'short', day: 'numeric', month: 'long', year: sameYear ? undefined : 'numeric' });
   }
 
-  // dateItem is a day's separator: a list item with no seq and no state, so not a message.
+  // dateItem is a day's separator: a list item with no seq and no state, so not a message. It
+  // stays a list item (a list holds only those), which reads its day.
   function dateItem(key, label) {
-    return h('li', { class: 'day', role: 'separator', 'aria-label': label, 'data-day': key }, h('span', {}, label));
+    return h('li', { class: 'day', 'data-day': key }, h('span', {}, label));
   }
 
   function dividerItem() {
-    return h('li', { class: 'divider', role: 'separator', 'aria-label': 'New messages' }, h('span', {}, 'New messages'));
+    return h('li', { class: 'divider' }, h('span', {}, 'New messages'));
   }
 
   // bodyOf is a message's text, laid out in the direction of its own script (dir="auto": Hebrew
