@@ -125,8 +125,8 @@ func TestTwoPeopleChat(t *testing.T) {
 }
 
 // TestHistoryPaging seeds 120 messages, then checks that the page opens at the first unread one,
-// that scrolling up loads every older page in order, and that the slider jumps and scrolling down
-// pages forward again.
+// that scrolling up loads every older page in order, and that the Jump picker's "Oldest message"
+// and scrolling down page forward again.
 func TestHistoryPaging(t *testing.T) {
 	const total, readUpTo = 120, 100
 	env := testenv.NewEnv(t)
@@ -198,21 +198,10 @@ func TestHistoryPaging(t *testing.T) {
 	}
 	bob.screenshot("09-scrolled-to-the-top")
 
-	// The slider jumps to a position: a window around message 30, shown in view.
-	bob.do("jump with the slider", chromedp.Evaluate[chromedp.Void](`(() => {
-		const s = document.getElementById('jump-slider');
-		s.value = '30';
-		s.dispatchEvent(new Event('input', {bubbles: true}));
-		s.dispatchEvent(new Event('change', {bubbles: true}));
-	})()`))
-	bob.waitFor("a window around message 30 with message 30 in view", `(() => {
-		const list = document.getElementById('messages');
-		if (list.dataset.lastSeq === '120') return false;
-		const e = list.querySelector('li[data-seq="30"]');
-		if (!e) return false;
-		const box = document.getElementById('scroller').getBoundingClientRect(), r = e.getBoundingClientRect();
-		return r.top >= box.top && r.bottom <= box.bottom;
-	})()`)
+	// The Jump picker's "Oldest message": a window of the first page, at the top.
+	bob.openJumpPicker()
+	bob.jumpTo("jump-oldest")
+	bob.waitFor("a window of the first page with message 1 in view", windowIs(1, 50)+` && `+inView(1))
 	bob.screenshot("10-jumped")
 	// Scrolling down pages forward to the newest message.
 	for range 10 {

@@ -46,8 +46,9 @@
     groupMembers: $('group-members'), groupDetails: $('group-details'), sidebarError: $('sidebar-error'),
     convList: $('conv-list'), convEmpty: $('conv-empty'),
     noConv: $('no-conv'), convBody: $('conv-body'), back: $('back'), title: $('conv-title'),
-    meta: $('conv-meta'), jumpLatest: $('jump-latest'), jump: $('jump'), slider: $('jump-slider'),
-    sliderOut: $('jump-output'), scroller: $('scroller'), loading: $('loading'), list: $('messages'),
+    meta: $('conv-meta'), jumpLatest: $('jump-latest'), scroller: $('scroller'), loading: $('loading'), list: $('messages'),
+    jumpButton: $('jump-button'), jumpPicker: $('jump-picker'), jumpForm: $('jump-form'), jumpDate: $('jump-date'),
+    jumpUnread: $('jump-unread'), jumpUnreadLabel: $('jump-unread-label'), jumpStatus: $('jump-status'), jumpGo: $('jump-go'),
     typing: $('typing'), composer: $('composer'), input: $('composer-input'), announcer: $('announcer'),
     notice: $('notice'), noticeText: $('notice-text'), noticeClose: $('notice-close'),
     convMenuButton: $('conv-menu-button'), convMenu: $('conv-menu'), menuGroupInfo: $('menu-group-info'),
@@ -199,7 +200,7 @@
     state.auth = null;
     disconnect();
     closeMenus();
-    for (const d of [ui.confirm, ui.groupInfo, ui.settings]) if (d.open) d.close();
+    for (const d of [ui.confirm, ui.groupInfo, ui.settings, ui.jumpPicker]) if (d.open) d.close();
     hideNotice();
     state.convs.clear();
     state.windows.clear();
@@ -872,7 +873,7 @@
       if (!held || (m.version || 0) >= (held.version || 0)) w.bySeq.set(m.seq, { ...m, quote: m.quote || (held && held.quote) });
       return;
     }
-    if (w.hasAfter) return; // the window is not at the newest messages; the slider shows more
+    if (w.hasAfter) return; // the window is not at the newest messages; the cue offers them
     if (m.seq === w.hi + 1) {
       w.bySeq.set(m.seq, m);
       w.hi = m.seq;
@@ -1016,6 +1017,7 @@
   function closeConversation() {
     flushRead();
     cancelEdit({ focus: false });
+    if (ui.jumpPicker.open) ui.jumpPicker.close();
     state.openId = null;
     sendFocus();
     state.view++;
@@ -1046,6 +1048,96 @@
     const c = openConv();
     if (!c) return;
     replaceWindow(c.id, { around: seq }, { toSeq: seq, highlight: true });
+  }
+
+  // ---- Jump picker -----------------------------------------------------------------------------
+
+  // The Jump button opens a small picker: the first unread message, a date, the oldest or the
+  // newest message. Choosing (with the mouse or the arrow keys) moves nothing; only its Jump
+  // button does. Each jump loads one window of range pages around its target, like a reply's quote.
+
+  function openJumpPicker() {
+    const c = openConv();
+    if (!c) return;
+    closeMenus();
+    const unread = c.unread > 0;
+    ui.jumpUnread.disabled = !unread;
+    ui.jumpUnreadLabel.textContent = unread ? `First unread message (${c.unread} unread)` : 'First unread message (none)';
+    ui.jumpDate.max = dayKey(new Date());
+    if (!ui.jumpDate.value) ui.jumpDate.value = dayKey(new Date());
+    ui.jumpForm.elements.target.value = unread ? 'unread' : 'date';
+    ui.jumpStatus.textContent = '';
+    ui.jumpGo.disabled = false;
+    ui.jumpPicker.showModal();
+    (unread ? ui.jumpUnread : ui.jumpDate).focus();
+  }
+
+  async function confirmJump(ev) {
+    ev.preventDefault();
+    const c = openConv();
+    if (!c) { ui.jumpPicker.close(); return; }
+    const target = ui.jumpForm.elements.target.value;
+    ui.jumpStatus.textContent = '';
+    if (target === 'unread') {
+      ui.jumpPicker.close();
+      if (c.unread <= 0) return;
+      state.following = false;
+      state.divider = { convId: c.id, afterSeq: c.readSeq };
+      replaceWindow(c.id, { around: c.readSeq + 1 }, { toSeq: c.readSeq + 1, divider: true });
+    } else if (target === 'oldest') {
+      ui.jumpPicker.close();
+      state.following = false;
+      replaceWindow(c.id, { after: Math.max(0, c.firstSeq - 1) }, { top: true });
+    } else if (target === 'newest') {
+      ui.jumpPicker.close();
+      state.following = true;
+      replaceWindow(c.id, {}, { bottom: true });
+    } else {
+      const [y, mo, d] = ui.jumpDate.value.split('-').map(Number);
+      if (!y || !mo || !d) { ui.jumpStatus.textContent = 'Pick a date.'; return; }
+      const day = new Date(y, mo - 1, d); // local midnight: the day as the user's calendar has it
+      ui.jumpGo.disabled = true;
+      ui.jumpStatus.textContent = 'Finding…';
+      let seq;
+      try {
+        seq = await firstSeqSince(c, day.getTime());
+      } catch (err) {
+        ui.jumpStatus.textContent = failureText('Could not look for that date', err);
+        return;
+      } finally {
+        ui.jumpGo.disabled = false;
+      }
+      if (state.openId !== c.id) { ui.jumpPicker.close(); return; }
+      if (!seq) {
+        ui.jumpStatus.textContent = `No messages on or after ${day.toLocaleDateString([], { day: 'numeric', month: 'long', year: 'numeric' })}.`;
+        return;
+      }
+      ui.jumpPicker.close();
+      state.following = false;
+      replaceWindow(c.id, { around: seq }, { toSeq: seq, dayStart: true, highlight: true });
+      announce(`Showing messages from ${dayLabel(day)}`);
+    }
+  }
+
+  // firstSeqSince finds the first message of c written at or after time t (ms), or 0 when there
+  // is none: a binary search over seqs with one range page per step (seqs and their times grow
+  // together), so a conversation of a million messages takes about fifteen pages.
+  async function firstSeqSince(c, t) {
+    let lo = c.firstSeq;
+    let hi = c.lastSeq;
+    let found = 0;
+    while (lo <= hi) {
+      const mid = Math.floor((lo + hi) / 2);
+      const page = await fetchPage(c.id, { around: mid });
+      const msgs = page.messages.filter((m) => m.seq >= lo && m.seq <= hi);
+      if (!msgs.length) break;
+      const i = msgs.findIndex((m) => Date.parse(m.createdAt) >= t);
+      if (i === -1) { lo = msgs[msgs.length - 1].seq + 1; continue; }
+      found = msgs[i].seq;
+      if (i > 0) break; // the message before it, in this page, is older: found is the first
+      hi = msgs[0].seq - 1;
+    }
+    return found;
   }
 
   // ---- Rendering messages ----------------------------------------------------------------------
@@ -1130,12 +1222,20 @@
     ui.list.dataset.hasAfter = String(w.hasAfter);
 
     if (scroll.toSeq) {
-      const target = scroll.divider ? ui.list.querySelector('[data-key="divider"]') : null;
-      const e = target || ui.list.querySelector(`[data-seq="${scroll.toSeq}"]`);
+      // The message, or what opens it: the new-messages line, or its day's separator.
+      const msg = ui.list.querySelector(`:scope > li[data-seq="${scroll.toSeq}"]`);
+      const before = msg && msg.previousElementSibling;
+      const opener = scroll.divider ? ui.list.querySelector('[data-key="divider"]')
+        : scroll.dayStart && before && before.classList.contains('day') ? before : null;
+      const e = opener || msg;
       if (e) {
-        sc.scrollTop += e.getBoundingClientRect().top - sc.getBoundingClientRect().top - (scroll.divider ? 4 : sc.clientHeight / 3);
-        if (scroll.highlight) flash(e);
+        const atTop = scroll.divider || scroll.dayStart;
+        sc.scrollTop += e.getBoundingClientRect().top - sc.getBoundingClientRect().top - (atTop ? 4 : sc.clientHeight / 3);
+        if (scroll.highlight && msg) flash(msg);
       }
+      state.following = nearBottom();
+    } else if (scroll.top) {
+      sc.scrollTop = 0;
       state.following = nearBottom();
     } else if (scroll.bottom) {
       sc.scrollTop = sc.scrollHeight;
@@ -1147,7 +1247,6 @@
     }
     observeMessages();
     updateCue();
-    updateSlider(c);
     renderReplyBar(); // the answered message may have been loaded or deleted meanwhile
     // After layout, look at what the user sees: mark it read, and fetch more if an edge that has
     // more is in view (a short page, or a gap found after a reconnect scrolls nothing).
@@ -1408,30 +1507,6 @@
         failed ? h('span', { class: 'actions' },
           p.retryable ? h('button', { type: 'button', class: 'retry', onclick: () => attemptSend(p) }, 'Retry') : null,
           h('button', { type: 'button', class: 'discard link', onclick: () => discardPending(p) }, 'Discard')) : null));
-  }
-
-  function updateSlider(c) {
-    const w = openWindow();
-    ui.jump.hidden = c.lastSeq - c.firstSeq < 1;
-    if (ui.jump.hidden || !w) return;
-    ui.slider.min = String(c.firstSeq);
-    ui.slider.max = String(c.lastSeq);
-    if (document.activeElement !== ui.slider) ui.slider.value = String(topVisibleSeq() || w.lo);
-    sliderText();
-  }
-
-  function sliderText() {
-    const text = `Message ${ui.slider.value} of ${ui.slider.max}`;
-    ui.sliderOut.textContent = text;
-    ui.slider.setAttribute('aria-valuetext', text);
-  }
-
-  function topVisibleSeq() {
-    const top = ui.scroller.getBoundingClientRect().top;
-    for (const e of ui.list.children) {
-      if (e.dataset.seq && e.getBoundingClientRect().bottom > top) return Number(e.dataset.seq);
-    }
-    return 0;
   }
 
   // ---- Read cursors and receipts ---------------------------------------------------------------
@@ -2507,7 +2582,7 @@
   document.addEventListener('pointerdown', (e) => {
     if (openMenu.el && !openMenu.el.contains(e.target) && !(openMenu.trigger && openMenu.trigger.contains(e.target))) closeMenus();
   });
-  for (const d of [ui.groupInfo, ui.settings]) {
+  for (const d of [ui.groupInfo, ui.settings, ui.jumpPicker]) {
     d.addEventListener('click', (e) => {
       // The close button, or a click on the backdrop: the dialog element itself, outside its box.
       const r = d.getBoundingClientRect();
@@ -2533,8 +2608,10 @@
   });
   ui.back.addEventListener('click', () => { closeConversation(); ui.convList.querySelector('button')?.focus(); });
   ui.jumpLatest.addEventListener('click', jumpToLatest);
-  ui.slider.addEventListener('input', sliderText);
-  ui.slider.addEventListener('change', () => jumpTo(Number(ui.slider.value)));
+  ui.jumpButton.addEventListener('click', openJumpPicker);
+  ui.jumpForm.addEventListener('submit', confirmJump);
+  // Picking a date chooses "a date"; the arrows of the radio group only choose, never jump.
+  ui.jumpDate.addEventListener('input', () => { ui.jumpForm.elements.target.value = 'date'; });
   ui.scroller.addEventListener('scroll', () => {
     // The menu floats where its message was: once the message has moved away, close it. A small
     // move (a new message followed at the bottom) leaves it open.
@@ -2542,8 +2619,6 @@
     state.following = nearBottom();
     maybeLoadMore();
     updateCue();
-    const c = openConv();
-    if (c && document.activeElement !== ui.slider) updateSlider(c);
   }, { passive: true });
   document.addEventListener('keydown', (e) => {
     if (e.defaultPrevented) return;
