@@ -32,6 +32,7 @@
   const LONG_PRESS_MS = 500; // a touch held this long opens the message menu (the platform's own long-press is longer)
   const LONG_PRESS_SLOP_PX = 10; // a finger that moves further is scrolling, not pressing
   const QUOTE_CHARS = 80; // how much of a replied-to message its quote shows
+  const LIST_PREVIEW_CHARS = 120; // how much of a conversation's newest message its list entry keeps (one line shows less)
   const MENU_SCROLL_CLOSE_PX = 40; // the message menu closes once its message has scrolled this far away
   const DELIVERED_DEBOUNCE_MS = 300; // coalesce delivered positions while a replay or a page arrives
   const PRESENCE_KEY = 'chatd.presence.'; // the presence switch as last set here: no frame tells it
@@ -471,6 +472,12 @@
     c.kind = v.kind;
     c.name = v.name || '';
     c.members = v.members || [];
+    c.createdBy = v.createdBy || '';
+    // The newest message, for the list: the view's, unless a push brought a newer one meanwhile.
+    const lm = v.lastMessage;
+    if (lm && lm.seq > 0 && (!c.last || lm.seq >= c.last.seq)) c.last = listPreview(lm);
+    else if (!lm && c.last && c.last.seq <= (v.lastSeq || 0)) c.last = null; // none (deleted for me)
+    if (c.last) c.activity = Math.max(c.activity, Date.parse(c.last.createdAt) || 0);
     c.lastSeq = Math.max(c.lastSeq, v.lastSeq || 0);
     c.readSeq = Math.max(c.readSeq, v.readSeq || 0);
     c.unread = v.unread || 0; // the server's exact count
@@ -506,6 +513,30 @@
     state.replyTo.delete(id);
     if (state.openId === id) closeConversation();
     recountTotal();
+    renderConvList();
+  }
+
+  // listPreview is what the conversation list keeps of a conversation's newest message (the
+  // server's lastMessage, or a pushed message): its seq, sender, kind, time and the start of its
+  // text on one line.
+  function listPreview(m) {
+    const text = m.kind === 'deleted' ? '' : (m.body || '').replace(/\s+/g, ' ').trim();
+    return { seq: m.seq, senderId: m.senderId || '', kind: m.kind || 'text', createdAt: m.createdAt,
+      body: text.length > LIST_PREVIEW_CHARS ? `${text.slice(0, LIST_PREVIEW_CHARS)}…` : text };
+  }
+
+  // notePreview keeps m as c's newest message when it is (a message push, a replay, a page).
+  function notePreview(c, m) {
+    if (!c || !(m.seq >= c.firstSeq) || (c.last && m.seq < c.last.seq)) return;
+    c.last = listPreview(m);
+    c.activity = Math.max(c.activity, Date.parse(m.createdAt) || Date.now());
+  }
+
+  // changePreview applies an edit or a deletion of seq to the list's preview, when it shows seq.
+  function changePreview(convId, seq, change) {
+    const c = state.convs.get(convId);
+    if (!c || !c.last || c.last.seq !== seq) return;
+    change(c.last);
     renderConvList();
   }
 
@@ -588,6 +619,7 @@
     if (!c) return;
     c.firstSeq = Math.max(c.firstSeq, (f.seq || 0) + 1);
     c.unread = 0;
+    c.last = null; // its history, for this user, is gone
     state.windows.delete(c.id);
     if (state.openId === c.id) closeConversation();
     recountTotal();
@@ -606,6 +638,7 @@
       renderConvList();
     }
     if (c) c.deletedSeqs.add(f.seq); // replies quoting it show the quote as deleted
+    changePreview(f.conversationId, f.seq, (p) => { p.kind = 'deleted'; p.body = ''; });
     applyChange(f.conversationId, f.seq, f.version, (m) => {
       m.kind = 'deleted';
       m.body = '';
@@ -647,6 +680,7 @@
   }
 
   function onEdited(f) {
+    changePreview(f.conversationId, f.seq, (p) => { if (p.kind === 'text') Object.assign(p, listPreview({ ...p, body: f.body })); });
     applyChange(f.conversationId, f.seq, f.version, (m) => {
       if (m.kind !== 'text') return;
       m.body = f.body || '';
@@ -670,6 +704,7 @@
   function onChanges(f) {
     const w = state.windows.get(f.conversationId);
     for (const m of f.messages || []) {
+      changePreview(f.conversationId, m.seq, (p) => Object.assign(p, listPreview(m)));
       const held = w && w.bySeq.get(m.seq);
       if (m.kind === 'deleted') onDeleted({ conversationId: f.conversationId, seq: m.seq, version: 0 });
       if (held && (m.version || 0) > (held.version || 0)) w.bySeq.set(m.seq, m);
@@ -764,7 +799,8 @@
     renderBackBadge();
     reconcile(ui.convList, convs.map((c) => ({
       key: c.id,
-      sig: [convTitle(c), c.unread, c.id === state.openId, typers(c).length, c.kind, c.members.length].join('|'),
+      sig: [convTitle(c), c.unread, c.id === state.openId, typers(c).length, c.kind, c.members.length,
+        previewText(c), c.last ? c.last.createdAt : ''].join('|'),
       build: () => {
         const li = h('li', { class: 'conv-item' }, h('button', {
           type: 'button', class: 'conv', 'data-conv-id': c.id,
@@ -797,13 +833,41 @@
     button.setAttribute('aria-label', c.unread > 0 ? `${title}, ${c.unread} unread` : title);
     if (c.id === state.openId) button.setAttribute('aria-current', 'true');
     else button.removeAttribute('aria-current');
+    // The name and unread count are the button's name; the preview line describes it.
+    const subId = `conv-sub-${c.id}`;
+    button.setAttribute('aria-describedby', subId);
+    const preview = previewText(c);
     button.replaceChildren(
       h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true' }, title.slice(0, 1).toUpperCase()),
       h('span', { class: 'conv-text' },
-        h('span', { class: 'conv-name' }, title),
-        h('span', { class: 'conv-sub muted' }, typers(c).length ? 'typing…'
-          : c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message')),
-      ...(c.unread > 0 ? [h('span', { class: 'badge', 'aria-hidden': 'true' }, c.unread > 999 ? '999+' : String(c.unread))] : []));
+        h('span', { class: 'conv-line' },
+          h('span', { class: 'conv-name' }, title),
+          c.last ? h('time', { class: 'conv-time muted', datetime: c.last.createdAt }, listTime(c.last.createdAt)) : null),
+        h('span', { class: 'conv-line' },
+          h('span', { class: `conv-sub muted${c.last && !typers(c).length ? ' preview' : ''}`, id: subId, dir: 'auto' }, typers(c).length ? 'typing…'
+            : preview || (c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message')),
+          c.unread > 0 ? h('span', { class: 'badge', 'aria-hidden': 'true' }, c.unread > 999 ? '999+' : String(c.unread)) : null)));
+  }
+
+  // previewText is a list entry's second line: "<sender>: <text>" of the newest message ("You"
+  // for your own), a system message's text, or "This message was deleted"; '' when none is known.
+  function previewText(c) {
+    const m = c.last;
+    if (!m) return '';
+    if (m.kind === 'deleted') return 'This message was deleted';
+    if (m.kind === 'system') return m.body;
+    return `${m.senderId === me() ? 'You' : m.senderId}: ${m.body}`;
+  }
+
+  // listTime says when the newest message came: the time today, "Yesterday", the weekday within
+  // a week, the date before that.
+  function listTime(iso) {
+    const d = new Date(iso);
+    if (Number.isNaN(d.getTime())) return '';
+    const label = dayLabel(d);
+    if (label === 'Today') return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+    if (label === 'Yesterday' || !/\d/.test(label)) return label;
+    return d.toLocaleDateString([], { day: 'numeric', month: 'short' });
   }
 
   function moveInList(e) {
@@ -853,7 +917,11 @@
       rememberGone(c, m);
       if (m.kind === 'deleted' && c) c.deletedSeqs.add(m.seq);
     }
-    if (page.messages.length) noteReceived(convId, page.messages[page.messages.length - 1].seq);
+    if (page.messages.length) {
+      const newest = page.messages[page.messages.length - 1];
+      noteReceived(convId, newest.seq);
+      if (c && c.last && newest.seq > c.last.seq) { notePreview(c, newest); renderConvList(); }
+    }
     return page;
   }
 
@@ -1850,6 +1918,7 @@
     const c = state.convs.get(m.conversationId);
     if (m.senderId !== me()) noteReceived(m.conversationId, m.seq);
     if (c && m.kind === 'deleted') c.deletedSeqs.add(m.seq);
+    notePreview(c, m);
     const isNew = c && m.seq > c.lastSeq;
     // No badge frame comes with a message: unread is derived here, as the server does it (own
     // messages are read).
