@@ -36,6 +36,10 @@
   const MENU_SCROLL_CLOSE_PX = 40; // the message menu closes once its message has scrolled this far away
   const DELIVERED_DEBOUNCE_MS = 300; // coalesce delivered positions while a replay or a page arrives
   const PRESENCE_KEY = 'chatd.presence.'; // the presence switch as last set here: no frame tells it
+  const NOTIFY_KEY = 'chatd.notify.'; // "Notify me" as set on this device ('on'); a browser's permission is per device too
+  const MUTED_KEY = 'chatd.muted.'; // conversations muted on this device (JSON list of ids): no desktop notification
+  const NOTIFY_BODY_CHARS = 200; // how much of a message a desktop notification shows
+  const FAVICON_PX = 64; // the drawn favicon's size; browsers scale it to the tab's 16 or 32 px
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -57,6 +61,7 @@
     msgMenu: $('msg-menu'), msgReply: $('msg-reply'), msgDelete: $('msg-delete'), msgEdit: $('msg-edit'),
     editBar: $('edit-bar'), editCancel: $('edit-cancel'),
     presenceSwitch: $('presence-switch'), presenceStatus: $('presence-status'),
+    notifySwitch: $('notify-switch'), notifyStatus: $('notify-status'), menuMute: $('menu-mute'), favicon: $('favicon'),
     replyBar: $('reply-bar'), replySender: $('reply-sender'), replyText: $('reply-text'), replyCancel: $('reply-cancel'),
     confirm: $('confirm'), confirmTitle: $('confirm-title'), confirmText: $('confirm-text'),
     confirmOk: $('confirm-ok'), confirmCancel: $('confirm-cancel'),
@@ -212,6 +217,8 @@
     state.editing = null;
     state.openId = null;
     state.total = 0;
+    for (const id of [...notifications.keys()]) closeNotification(id);
+    updateTitle();
     ui.convList.replaceChildren();
     ui.list.replaceChildren();
     history.replaceState(null, '', location.pathname);
@@ -584,6 +591,44 @@
 
   function updateTitle() {
     document.title = state.total > 0 ? `(${state.total}) chatd` : 'chatd';
+    drawFavicon(state.total);
+  }
+
+  // drawFavicon draws the tab's icon on a canvas: the page's blue square, with a red badge of the
+  // total unread when there is any ("99+" past 99). The CSP allows data: images, and no file is
+  // fetched.
+  let faviconDrawn = -1;
+  function drawFavicon(total) {
+    const n = state.auth ? total : 0;
+    if (n === faviconDrawn || !ui.favicon) return;
+    const canvas = document.createElement('canvas');
+    canvas.width = FAVICON_PX;
+    canvas.height = FAVICON_PX;
+    const g = canvas.getContext('2d');
+    if (!g) return;
+    const s = FAVICON_PX;
+    g.fillStyle = '#2257d6';
+    g.beginPath();
+    g.roundRect(s * 0.04, s * 0.04, s * 0.92, s * 0.92, s * 0.2);
+    g.fill();
+    g.fillStyle = '#ffffff';
+    g.font = `bold ${s * 0.62}px system-ui, sans-serif`;
+    g.textAlign = 'center';
+    g.textBaseline = 'middle';
+    g.fillText('c', s * 0.42, s * 0.5);
+    if (n > 0) {
+      const text = n > 99 ? '99+' : String(n);
+      g.fillStyle = '#d92d20';
+      g.beginPath();
+      g.arc(s * 0.7, s * 0.3, s * 0.3, 0, Math.PI * 2);
+      g.fill();
+      g.fillStyle = '#ffffff';
+      g.font = `bold ${s * (text.length === 1 ? 0.42 : text.length === 2 ? 0.34 : 0.24)}px system-ui, sans-serif`;
+      g.fillText(text, s * 0.7, s * 0.32);
+    }
+    ui.favicon.href = canvas.toDataURL('image/png');
+    ui.favicon.dataset.unread = String(n); // what it shows, for tests and tools
+    faviconDrawn = n;
   }
 
   function onBadge(f) {
@@ -620,6 +665,7 @@
     c.firstSeq = Math.max(c.firstSeq, (f.seq || 0) + 1);
     c.unread = 0;
     c.last = null; // its history, for this user, is gone
+    c.hidden = true; // until a new message brings it back (which notifies nobody)
     state.windows.delete(c.id);
     if (state.openId === c.id) closeConversation();
     recountTotal();
@@ -794,23 +840,24 @@
   // renderConvList updates the list in place, so focus stays on the item a keyboard user is on.
   function renderConvList() {
     renderGroupInfo(); // members change with the list (a join, a leave, a removal)
+    const muted = state.auth ? mutedSet() : new Set();
     const convs = [...state.convs.values()].filter((c) => c.lastSeq >= c.firstSeq || c.lastSeq === 0).sort((a, b) => b.activity - a.activity || (a.id < b.id ? -1 : 1));
     ui.convEmpty.hidden = convs.length > 0;
     renderBackBadge();
     reconcile(ui.convList, convs.map((c) => ({
       key: c.id,
       sig: [convTitle(c), c.unread, c.id === state.openId, typers(c).length, c.kind, c.members.length,
-        previewText(c), c.last ? c.last.createdAt : ''].join('|'),
+        previewText(c), c.last ? c.last.createdAt : '', muted.has(c.id)].join('|'),
       build: () => {
         const li = h('li', { class: 'conv-item' }, h('button', {
           type: 'button', class: 'conv', 'data-conv-id': c.id,
           onclick: () => openConversation(c.id, { focus: true }),
           onkeydown: (e) => moveInList(e),
         }));
-        fillConvItem(li, c);
+        fillConvItem(li, c, muted.has(c.id));
         return li;
       },
-      update: (li) => fillConvItem(li, c),
+      update: (li) => fillConvItem(li, c, muted.has(c.id)),
     })));
   }
 
@@ -827,7 +874,7 @@
 
   // fillConvItem updates a list entry in place: the button stays the same element, so focus,
   // hover and a click in progress survive a badge change.
-  function fillConvItem(li, c) {
+  function fillConvItem(li, c, muted) {
     const title = convTitle(c);
     const button = li.firstElementChild;
     button.setAttribute('aria-label', c.unread > 0 ? `${title}, ${c.unread} unread` : title);
@@ -842,6 +889,7 @@
       h('span', { class: 'conv-text' },
         h('span', { class: 'conv-line' },
           h('span', { class: 'conv-name' }, title),
+          muted ? h('span', { class: 'conv-muted', title: 'Notifications muted', 'aria-hidden': 'true' }, '🔕') : null,
           c.last ? h('time', { class: 'conv-time muted', datetime: c.last.createdAt }, listTime(c.last.createdAt)) : null),
         h('span', { class: 'conv-line' },
           h('span', { class: `conv-sub muted${c.last && !typers(c).length ? ' preview' : ''}`, id: subId, dir: 'auto' }, typers(c).length ? 'typing…'
@@ -1062,6 +1110,7 @@
     if (state.editing && state.editing.convId !== id) cancelEdit({ focus: false });
     state.openId = id;
     sendFocus();
+    closeNotification(id);
     if (c.kind === 'dm') requestPresence();
     history.replaceState(null, '', `#c=${encodeURIComponent(id)}`);
     document.body.classList.add('show-conv');
@@ -1920,6 +1969,8 @@
     if (c && m.kind === 'deleted') c.deletedSeqs.add(m.seq);
     notePreview(c, m);
     const isNew = c && m.seq > c.lastSeq;
+    const wasHidden = !!(c && c.hidden);
+    if (isNew && c) c.hidden = false;
     // No badge frame comes with a message: unread is derived here, as the server does it (own
     // messages are read).
     if (isNew) {
@@ -1956,6 +2007,7 @@
       renderMessages();
       renderTyping();
     }
+    if (isNew && m.senderId !== me() && !wasHidden) notifyDesktop(c, m);
     if (isNew && m.senderId !== me()) {
       announce(m.conversationId === state.openId ? `${m.senderId}: ${m.body || 'message deleted'}`
         : `New message from ${m.senderId}`);
@@ -2350,6 +2402,7 @@
     ui.menuLeave.hidden = c.kind !== 'group';
     ui.menuBlock.hidden = !peer;
     ui.menuBlock.textContent = state.blocks.has(peer) ? `Unblock ${peer}` : `Block ${peer}`;
+    ui.menuMute.textContent = isMuted(c.id) ? 'Unmute notifications' : 'Mute notifications';
     showMenu(ui.convMenu, ui.convMenuButton);
   }
 
@@ -2509,9 +2562,11 @@
     ui.receiptsStatus.textContent = '';
     ui.presenceSwitch.checked = localStorage.getItem(PRESENCE_KEY + me()) !== 'hidden';
     ui.presenceStatus.textContent = '';
+    ui.notifySwitch.checked = notifyOn();
+    ui.notifyStatus.textContent = '';
     renderBlocks();
     ui.settings.showModal();
-    ui.receiptsSwitch.focus();
+    ui.notifySwitch.focus();
     if (conn.live) loadBlocks();
   }
 
@@ -2547,6 +2602,99 @@
     } finally {
       ui.presenceSwitch.disabled = false;
     }
+  }
+
+  // ---- Desktop notifications ------------------------------------------------------------------
+
+  // "Notify me" (settings) asks the browser's permission from the switch's own click, the user
+  // gesture browsers want. While it is on and the tab is hidden, a message of someone else brings
+  // a desktop notification, one per conversation (a newer one replaces it); a click on it focuses
+  // the tab with that conversation open. Muted conversations, and one that comes back after
+  // "Delete for me", never notify; system messages and deletions neither.
+  const notifications = new Map(); // conversation id -> the notification it shows
+
+  const notifySupported = () => typeof window.Notification === 'function';
+  const notifyOn = () => notifySupported() && Notification.permission === 'granted' && localStorage.getItem(NOTIFY_KEY + me()) === 'on';
+
+  async function setNotify() {
+    const want = ui.notifySwitch.checked;
+    ui.settingsError.textContent = '';
+    if (!want) {
+      localStorage.removeItem(NOTIFY_KEY + me());
+      ui.notifyStatus.textContent = 'You are not notified.';
+      return;
+    }
+    if (!notifySupported()) {
+      ui.notifySwitch.checked = false;
+      ui.notifyStatus.textContent = 'This browser cannot show notifications.';
+      return;
+    }
+    let permission = Notification.permission;
+    if (permission === 'default') {
+      ui.notifySwitch.disabled = true;
+      ui.notifyStatus.textContent = 'Waiting for the browser\'s permission…';
+      try {
+        permission = await Notification.requestPermission();
+      } catch {
+        permission = 'denied';
+      } finally {
+        ui.notifySwitch.disabled = false;
+      }
+    }
+    if (permission !== 'granted') {
+      ui.notifySwitch.checked = false;
+      ui.notifyStatus.textContent = 'Notifications are blocked for this page in the browser\'s settings.';
+      return;
+    }
+    localStorage.setItem(NOTIFY_KEY + me(), 'on');
+    ui.notifyStatus.textContent = 'You are notified of new messages while this tab is hidden.';
+  }
+
+  function mutedSet() {
+    try { return new Set(JSON.parse(localStorage.getItem(MUTED_KEY + me())) || []); } catch { return new Set(); }
+  }
+
+  const isMuted = (id) => mutedSet().has(id);
+
+  function toggleMute() {
+    const c = openConv();
+    closeMenus();
+    if (!c) return;
+    const muted = mutedSet();
+    if (muted.has(c.id)) muted.delete(c.id); else muted.add(c.id);
+    localStorage.setItem(MUTED_KEY + me(), JSON.stringify([...muted]));
+    announce(muted.has(c.id) ? `${convTitle(c)} muted` : `${convTitle(c)} unmuted`);
+    renderConvList();
+  }
+
+  function notifyDesktop(c, m) {
+    if (!c || m.kind !== 'text' || document.visibilityState !== 'hidden' || !notifyOn() || isMuted(c.id)) return;
+    const title = c.kind === 'group' ? `${m.senderId} in ${convTitle(c)}` : m.senderId;
+    const text = (m.body || '').replace(/\s+/g, ' ').trim();
+    let n;
+    try {
+      n = new Notification(title, {
+        body: text.length > NOTIFY_BODY_CHARS ? `${text.slice(0, NOTIFY_BODY_CHARS)}…` : text,
+        tag: c.id, // a newer message of the conversation replaces its notification
+      });
+    } catch {
+      return; // a platform that allows only service-worker notifications
+    }
+    notifications.set(c.id, n);
+    n.onclick = () => {
+      window.focus();
+      n.close();
+      if (state.convs.has(c.id)) openConversation(c.id, { focus: true });
+    };
+    n.onclose = () => { if (notifications.get(c.id) === n) notifications.delete(c.id); };
+  }
+
+  // closeNotification takes away the notification of a conversation the user has opened.
+  function closeNotification(id) {
+    const n = notifications.get(id);
+    if (!n) return;
+    notifications.delete(id);
+    n.close();
   }
 
   // ---- Presence -------------------------------------------------------------------------------
@@ -2642,6 +2790,8 @@
   ui.editCancel.addEventListener('click', () => cancelEdit());
   ui.msgMenu.addEventListener('click', reactFromMenu);
   ui.presenceSwitch.addEventListener('change', setPresenceShown);
+  ui.notifySwitch.addEventListener('change', setNotify);
+  ui.menuMute.addEventListener('click', toggleMute);
   ui.replyCancel.addEventListener('click', cancelReply);
   ui.addMembersForm.addEventListener('submit', addMembers);
   ui.receiptsSwitch.addEventListener('change', setReceipts);
