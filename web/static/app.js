@@ -39,6 +39,7 @@
   const NOTIFY_KEY = 'chatd.notify.'; // "Notify me" as set on this device ('on'); a browser's permission is per device too
   const MUTED_KEY = 'chatd.muted.'; // conversations muted on this device (JSON list of ids): no desktop notification
   const NOTIFY_BODY_CHARS = 200; // how much of a message a desktop notification shows
+  const PRESENCE_BATCH = 100; // users per presence request, the protocol's limit
   const FAVICON_PX = 64; // the drawn favicon's size; browsers scale it to the tab's 16 or 32 px
 
   const $ = (id) => document.getElementById(id);
@@ -425,6 +426,7 @@
     sendFocus(); // a new socket shows nothing until told
     flushDelivered();
     requestPresence();
+    if (ui.groupInfo.open) requestGroupPresence();
     loadBlocks();
     resendSavedReads();
     setStatus('connected', 'Connected');
@@ -2497,26 +2499,52 @@
     ui.groupInfo.showModal();
     renderGroupInfo(); // after showModal: it renders only an open panel
     ui.addMembersInput.focus();
+    requestGroupPresence();
   }
 
-  // renderGroupInfo updates the open panel in place (a member joined or left meanwhile); it closes
-  // when the user is no longer in the group.
+  // requestGroupPresence asks who of the open panel's members is online (a group of more than 32
+  // gets no presence pushes, so this is how its panel learns); pushes keep small groups current.
+  async function requestGroupPresence() {
+    const c = state.convs.get(groupInfoId);
+    if (!c || !conn.live) return;
+    const others = c.members.filter((u) => u !== me());
+    for (let i = 0; i < others.length; i += PRESENCE_BATCH) {
+      const ids = others.slice(i, i + PRESENCE_BATCH);
+      try {
+        applyPresenceList(ids, await request({ type: 'presence', userIds: ids }));
+      } catch {
+        return; // a nicety; the next opening asks again
+      }
+    }
+    renderGroupInfo();
+  }
+
+  // renderGroupInfo updates the open panel in place (a member joined or left meanwhile, someone
+  // came online); it closes when the user is no longer in the group. Only the group's creator
+  // (createdBy) may remove others, so only the creator's panel offers Remove.
   function renderGroupInfo() {
     if (!ui.groupInfo.open) return;
     const c = state.convs.get(groupInfoId);
     if (!c) { ui.groupInfo.close(); return; }
     ui.groupInfoTitle.textContent = convTitle(c);
     ui.groupMembersHeading.textContent = `${c.members.length} member${c.members.length === 1 ? '' : 's'}`;
-    // The page cannot tell who created the group (the conversation frame does not say), so every
-    // member gets Remove and the server's refusal is shown for those who may not.
-    reconcile(ui.groupMemberList, c.members.map((u) => ({
-      key: u,
-      sig: u === me() ? 'me' : 'other',
-      build: () => h('li', { class: 'member', 'data-user': u },
-        h('span', { class: 'avatar', 'aria-hidden': 'true' }, u.slice(0, 1).toUpperCase()),
-        h('span', { class: 'member-name' }, u === me() ? `${u} (you)` : u),
-        u === me() ? null : h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${u} from the group`, onclick: () => removeMember(u) }, 'Remove')),
-    })));
+    const iCreated = !!c.createdBy && c.createdBy === me();
+    reconcile(ui.groupMemberList, c.members.map((u) => {
+      const presence = u === me() ? '' : presenceText(u);
+      const creator = u === c.createdBy;
+      const canRemove = iCreated && u !== me();
+      return {
+        key: u,
+        sig: [u === me(), presence, creator, canRemove].join('|'),
+        build: () => h('li', { class: 'member', 'data-user': u },
+          h('span', { class: 'avatar', 'aria-hidden': 'true' }, u.slice(0, 1).toUpperCase()),
+          h('span', { class: 'member-text' },
+            h('span', { class: 'member-name' }, u === me() ? `${u} (you)` : u),
+            creator || presence ? h('span', { class: 'member-presence muted small', 'data-presence': presence },
+              [creator ? 'created the group' : '', presence].filter(Boolean).join(' · ')) : null),
+          canRemove ? h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${u} from the group`, onclick: () => removeMember(u) }, 'Remove') : null),
+      };
+    }));
   }
 
   async function addMembers(ev) {
@@ -2705,12 +2733,17 @@
     const peer = dmPeer(openConv());
     if (!peer || !conn.live) return;
     request({ type: 'presence', userIds: [peer] }).then((r) => {
-      const answered = new Set();
-      for (const p of r.presence || []) { state.presence.set(p.userId, p); answered.add(p.userId); }
-      // Left out: they hide their presence, or share no conversation any more.
-      if (!answered.has(peer)) state.presence.delete(peer);
+      applyPresenceList([peer], r);
       if (dmPeer(openConv()) === peer) showConversation();
     }).catch(() => { /* a nicety; the next push or reconnect tells */ });
+  }
+
+  // applyPresenceList keeps the answer to a presence request for the users asked about.
+  function applyPresenceList(asked, r) {
+    const answered = new Set();
+    for (const p of r.presence || []) { state.presence.set(p.userId, p); answered.add(p.userId); }
+    // Left out: they hide their presence, or share no conversation any more.
+    for (const u of asked) if (!answered.has(u)) state.presence.delete(u);
   }
 
   function onPresence(f) {
@@ -2718,6 +2751,7 @@
     if (f.online || f.lastSeen) state.presence.set(f.userId, f);
     else state.presence.delete(f.userId); // offline with no time: they now hide it
     if (dmPeer(openConv()) === f.userId) showConversation();
+    renderGroupInfo();
   }
 
   // presenceText is "online", "last seen <time>", or nothing when it is not known or hidden.
