@@ -4,7 +4,9 @@
 package auth
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/chatd/chatd/protocol"
 )
 
 // Defaults and limits, each with its reason.
@@ -229,24 +233,20 @@ func SignClaims(secret []byte, c jwt.RegisteredClaims) (string, error) {
 	return s, nil
 }
 
-// MaxNameLength bounds a dev-mode display name, as the sign-in form does.
-const MaxNameLength = 64
-
-// ErrBadName is the refusal of a dev-mode display name; its text is what /api/login answers and
-// what docs/PROTOCOL.md quotes.
-var ErrBadName = errors.New("a name must be 1 to 64 characters: ASCII letters, digits, spaces, '_' or '-', starting with a letter or digit")
-
-// UserIDFromName derives a user id from a dev-mode display name: surrounding spaces trimmed,
-// lower case, each run of spaces one '-'. "Ali  Ce" becomes "ali-ce"; the display name stays as
-// typed (trimmed). A name whose id would not be a valid user id is refused with ErrBadName.
-func UserIDFromName(name string) (string, error) {
-	trimmed := strings.TrimSpace(name)
-	if len(trimmed) > MaxNameLength {
-		return "", ErrBadName
+// UserIDFromName checks and cleans a dev-mode display name (protocol.DisplayName, whose
+// ErrBadName it returns) and derives the user id from the clean name: lower case, each space one '-', when that
+// is a valid user id ("Ali  Ce" becomes "ali-ce"); otherwise, for names in other scripts or with
+// '.' or '\'', "u-" and 16 hex digits of the SHA-256 of the lower-case name ("José" becomes
+// "u-" + ...). The same name in any case gives the same id, so signing in again finds the user.
+func UserIDFromName(name string) (id, clean string, err error) {
+	clean, err = protocol.DisplayName(name)
+	if err != nil {
+		return "", "", err
 	}
-	id := strings.ToLower(strings.Join(strings.Fields(trimmed), "-"))
-	if !userIDPattern.MatchString(id) {
-		return "", ErrBadName
+	lower := strings.ToLower(clean)
+	if id := strings.ReplaceAll(lower, " ", "-"); ValidUserID(id) {
+		return id, clean, nil
 	}
-	return id, nil
+	sum := sha256.Sum256([]byte(lower))
+	return "u-" + hex.EncodeToString(sum[:8]), clean, nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/chatd/chatd/protocol"
 )
 
 // signRaw signs a payload given as raw JSON, for claims the jwt library would never write (a
@@ -165,13 +167,19 @@ func TestUserIDFromNameKeepsTheDocumentedRule(t *testing.T) {
 		"ali - ce":      "ali---ce",
 		"R2 D2":         "r2-d2",
 		"bob_the-3rd 4": "bob_the-3rd-4",
+		// Pinned: a changed derivation would orphan every such account.
+		"José":   "u-d994e1d001886fe5",
+		"JOSÉ":   "u-d994e1d001886fe5",
+		" José ": "u-d994e1d001886fe5",
+		"李雷":     "u-3a47328a607f3e0a",
+		"Ali.Ce": "u-a797b5de53352b5f",
 	} {
-		if got, err := UserIDFromName(name); err != nil || got != want {
+		if got, _, err := UserIDFromName(name); err != nil || got != want {
 			t.Errorf("UserIDFromName(%q) = %q, %v; want %q", name, got, err, want)
 		}
 	}
-	for _, bad := range []string{"_ali", "ali!", "ali.ce", " - ", strings.Repeat("a ", 33)} {
-		if _, err := UserIDFromName(bad); !errors.Is(err, ErrBadName) {
+	for _, bad := range []string{"_ali", "ali!", " - ", ".ali", "a\u200eb", strings.Repeat("a ", 33)} {
+		if _, _, err := UserIDFromName(bad); !errors.Is(err, protocol.ErrBadName) {
 			t.Errorf("UserIDFromName(%q): %v; want ErrBadName", bad, err)
 		}
 	}

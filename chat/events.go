@@ -35,7 +35,7 @@ const maxTombstonedSeqs = 10000
 // nothing), so the node that made a change may apply it at once and its own echo is a no-op: one
 // change, one frame per device.
 type userEvent struct {
-	Type         string                 `json:"type"` // joined, left, cursor, hidden, deleted, blocks, presence or privacy
+	Type         string                 `json:"type"` // joined, left, cursor, hidden, deleted, blocks, presence, privacy or profile
 	Conversation *protocol.Conversation `json:"conversation,omitempty"`
 	ConvID       string                 `json:"conversationId,omitempty"`
 	ReadSeq      int64                  `json:"readSeq,omitempty"`
@@ -44,6 +44,8 @@ type userEvent struct {
 	// DeletedSeqs are the seqs of Conversation deleted for everyone (joined events), so the
 	// joiner's node counts unread without them.
 	DeletedSeqs []int64 `json:"deletedSeqs,omitempty"`
+	// Name is Peer's new display name (profile events).
+	Name string `json:"name,omitempty"`
 	// Online and LastSeen are Peer's presence (presence events).
 	Online   bool       `json:"online,omitempty"`
 	LastSeen *time.Time `json:"lastSeen,omitempty"`
@@ -66,6 +68,8 @@ const (
 	userPresence = "presence"
 	// userPrivacy carries the user's changed privacy settings to every node that holds them.
 	userPrivacy = "privacy"
+	// userProfile says Peer (the user or one of their peers) changed their display name.
+	userProfile = "profile"
 )
 
 func (s *Service) publishUser(userID string, ev userEvent) {
@@ -182,6 +186,8 @@ func (s *Service) HandleUserEvent(userID string, data []byte) {
 		s.applyPresence(userID, ev)
 	case userPrivacy:
 		s.applyPrivacy(userID, ev)
+	case userProfile:
+		s.applyProfile(userID, ev)
 	}
 }
 

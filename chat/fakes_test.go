@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -243,6 +244,44 @@ func (f *fakeStore) MissingUsers(_ context.Context, ids []string) ([]string, err
 		}
 	}
 	return missing, nil
+}
+
+func (f *fakeStore) SetName(_ context.Context, userID, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	u, ok := f.users[userID]
+	if !ok {
+		return storage.ErrNotFound
+	}
+	u.Name = name
+	f.users[userID] = u
+	return nil
+}
+
+func (f *fakeStore) Profiles(_ context.Context, ids []string) ([]storage.User, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []storage.User
+	for _, id := range ids {
+		if u, ok := f.users[id]; ok {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// FindUsers matches the start of the whole name only: enough for the service's tests.
+func (f *fakeStore) FindUsers(_ context.Context, prefix, except string, limit int64) ([]storage.User, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []storage.User
+	for id, u := range f.users {
+		if id != except && strings.HasPrefix(strings.ToLower(u.Name), strings.ToLower(prefix)) {
+			out = append(out, u)
+		}
+	}
+	slices.SortFunc(out, func(a, b storage.User) int { return strings.Compare(a.Name, b.Name) })
+	return out[:min(int64(len(out)), limit)], nil
 }
 
 func (f *fakeStore) SetHidePresence(_ context.Context, userID string, hide bool) error {

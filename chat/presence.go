@@ -96,7 +96,7 @@ func (s *Service) cameOnline(ctx context.Context, uid string, u *onlineUser) {
 		return
 	}
 	if !u.hidesPresence() && !s.onlineElsewhere(nodes) {
-		s.publishPresence(uid, u, userEvent{Type: userPresence, Peer: uid, Online: true})
+		s.publishToPeers(u, userEvent{Type: userPresence, Peer: uid, Online: true})
 	}
 }
 
@@ -116,12 +116,12 @@ func (s *Service) wentOffline(ctx context.Context, uid string, u *onlineUser) {
 		s.log.Warn().Err(err).Str("user", uid).Msg("record last seen")
 	}
 	if !u.hidesPresence() {
-		s.publishPresence(uid, u, userEvent{Type: userPresence, Peer: uid, LastSeen: &seen})
+		s.publishToPeers(u, userEvent{Type: userPresence, Peer: uid, LastSeen: &seen})
 	}
 }
 
-// publishPresence sends a presence event of uid to each of their peers.
-func (s *Service) publishPresence(uid string, u *onlineUser, ev userEvent) {
+// publishToPeers sends an event about an online user (presence, profile) to each of their peers.
+func (s *Service) publishToPeers(u *onlineUser, ev userEvent) {
 	u.mu.Lock()
 	peers := make([]string, 0, len(u.peers))
 	for p := range u.peers {
@@ -205,7 +205,7 @@ func (s *Service) SetPresencePrivacy(ctx context.Context, userID string, hide bo
 	s.applyPrivacy(userID, userEvent{Type: userPrivacy, HidePresence: &hide})
 	s.publishUser(userID, userEvent{Type: userPrivacy, HidePresence: &hide})
 	if u := s.online(userID); u != nil {
-		s.publishPresence(userID, u, userEvent{Type: userPresence, Peer: userID, Online: !hide})
+		s.publishToPeers(u, userEvent{Type: userPresence, Peer: userID, Online: !hide})
 	}
 	return nil
 }

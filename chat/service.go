@@ -69,6 +69,9 @@ type Store interface {
 	MissingUsers(ctx context.Context, ids []string) ([]string, error)
 	SetHideReceipts(ctx context.Context, userID string, hide bool) error
 	SetHidePresence(ctx context.Context, userID string, hide bool) error
+	SetName(ctx context.Context, userID, name string) error
+	Profiles(ctx context.Context, ids []string) ([]storage.User, error)
+	FindUsers(ctx context.Context, prefix, except string, limit int64) ([]storage.User, error)
 	MarkOnline(ctx context.Context, userID, node string, at time.Time) ([]string, error)
 	MarkOffline(ctx context.Context, userID, node string) ([]string, error)
 	SetLastSeen(ctx context.Context, userID string, at time.Time) error

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -53,8 +54,11 @@ const (
 	MaxReactionsPerUser = 10
 	// QuoteBytes bounds the copy of a replied-to message that a reply carries.
 	QuoteBytes = 200
-	// MaxPresenceUsers bounds the users one presence request asks about: a screen's worth.
+	// MaxPresenceUsers bounds the users one presence or profiles request asks about: a screen's
+	// worth.
 	MaxPresenceUsers = 100
+	// MaxFoundUsers bounds the answer of find_users: a short list to pick from while typing.
+	MaxFoundUsers = 20
 )
 
 // Error is a refusal with a stable code; it becomes an error frame.
@@ -200,7 +204,14 @@ func (f *ClientFrame) Validate() error {
 			return Errorf(CodeInvalidField, "give hideReceipts, hidePresence or both")
 		}
 		return nil
-	case TypePresence:
+	case TypeSetName:
+		return validName(f.Name)
+	case TypeFindUsers:
+		if f.Query = strings.TrimSpace(f.Query); f.Query == "" || utf8.RuneCountInString(f.Query) > MaxDisplayNameRunes {
+			return Errorf(CodeInvalidField, "query must be 1 to %d characters", MaxDisplayNameRunes)
+		}
+		return nil
+	case TypePresence, TypeProfiles:
 		if len(f.UserIDs) == 0 || len(f.UserIDs) > MaxPresenceUsers {
 			return Errorf(CodeInvalidField, "userIds must name 1 to %d users", MaxPresenceUsers)
 		}
@@ -215,6 +226,14 @@ func (f *ClientFrame) Validate() error {
 	default:
 		return Errorf(CodeUnknownType, "unknown frame type %q", truncate(f.Type, 40))
 	}
+}
+
+// validName checks a display name (see DisplayName).
+func validName(name string) error {
+	if _, err := DisplayName(name); err != nil {
+		return Errorf(CodeInvalidField, "%s", err.Error())
+	}
+	return nil
 }
 
 // requireMessage checks the conversation and seq that name one message.

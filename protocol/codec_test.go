@@ -168,6 +168,16 @@ func TestDecodeRefuses(t *testing.T) {
 		{"remove is a string", `{"type":"react","id":"e2","conversationId":"c1","seq":1,"emoji":"x","remove":"yes"}`, invalid, "e2"},
 		{"reactions without conversation", `{"type":"reactions","id":"e3","seq":1}`, invalid, "e3"},
 		{"focus on a malformed id", `{"type":"focus","id":"f1","conversationId":"c 1"}`, invalid, "f1"},
+		{"set_name without a name", `{"type":"set_name","id":"n1"}`, invalid, "n1"},
+		{"set_name with a blank name", `{"type":"set_name","id":"n1","name":"   "}`, invalid, "n1"},
+		{"set_name starting with a dot", `{"type":"set_name","id":"n1","name":".mary"}`, invalid, "n1"},
+		{"set_name with a control character", `{"type":"set_name","id":"n1","name":"ma\u0007ry"}`, invalid, "n1"},
+		{"set_name with a direction mark", `{"type":"set_name","id":"n1","name":"ma\u202ery"}`, invalid, "n1"},
+		{"set_name too long", `{"type":"set_name","id":"n1","name":"` + strings.Repeat("é", protocol.MaxDisplayNameRunes+1) + `"}`, invalid, "n1"},
+		{"find_users without a query", `{"type":"find_users","id":"n2","query":" "}`, invalid, "n2"},
+		{"find_users with a long query", `{"type":"find_users","id":"n2","query":"` + strings.Repeat("q", protocol.MaxDisplayNameRunes+1) + `"}`, invalid, "n2"},
+		{"profiles of nobody", `{"type":"profiles","id":"n3","userIds":[]}`, invalid, "n3"},
+		{"profiles of too many", `{"type":"profiles","id":"n3","userIds":[` + strings.Repeat(`"u",`, protocol.MaxPresenceUsers) + `"u"]}`, invalid, "n3"},
 		// Missing ids.
 		{"send without conversation", send(`"clientMsgId":"` + testUUID + `","body":"b"`), invalid, "s1"},
 		{"send without clientMsgId", send(`"conversationId":"c1","body":"b"`), invalid, "s1"},
@@ -272,6 +282,30 @@ func TestQuoteText(t *testing.T) {
 			!strings.HasPrefix(body, strings.TrimSuffix(got, "…")) {
 			t.Errorf("QuoteText(%d bytes of %q) = %d bytes %q...; want a valid prefix of at most %d bytes ending in …",
 				len(body), body[:4], len(got), got[:8], protocol.QuoteBytes)
+		}
+	}
+}
+
+// TestDisplayName: names in any script are kept (white space made single), and what could hide
+// or fake text is refused.
+func TestDisplayName(t *testing.T) {
+	for raw, want := range map[string]string{
+		"José":            "José",
+		"  Mary   Jane  ": "Mary Jane",
+		"Zoë":             "Zoë",
+		"李雷":              "李雷",
+		"שרה כהן":         "שרה כהן",
+		"O'Brien Jr.":     "O'Brien Jr.",
+		"3rd_eye-x":       "3rd_eye-x",
+		"Zoe\u0308":       "Zoe\u0308", // a combining mark
+	} {
+		if got, err := protocol.DisplayName(raw); err != nil || got != want {
+			t.Errorf("DisplayName(%q) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "  ", "_x", "-x", "'x", "a!", "a\u200bb", "a\u202eb", "a\x00b", "😀", strings.Repeat("李", 65)} {
+		if got, err := protocol.DisplayName(bad); !errors.Is(err, protocol.ErrBadName) {
+			t.Errorf("DisplayName(%q) = %q, %v; want ErrBadName", bad, got, err)
 		}
 	}
 }

@@ -31,6 +31,10 @@ const (
 	TypeReact             = "react"
 	TypeReactions         = "reactions"
 	TypeFocus             = "focus"
+	TypeSetName           = "set_name"
+	TypeFindUsers         = "find_users"
+	// TypeProfiles is also a server frame: the answer to profiles and find_users.
+	TypeProfiles = "profiles"
 	// TypeDelivered is also a server frame: how far another member's devices have received.
 	TypeDelivered = "delivered"
 	// TypePresence is also a server frame: a peer came online or went offline.
@@ -62,6 +66,7 @@ const (
 	TypeReactionList  = "reaction_list"
 	TypeChanges       = "changes"
 	TypePresenceList  = "presence_list"
+	TypeProfile       = "profile"
 )
 
 // Message kinds.
@@ -158,6 +163,14 @@ type Presence struct {
 	LastSeen *time.Time `json:"lastSeen,omitempty"`
 }
 
+// Profile is how a user shows to others: their display name, or Deleted for a deleted account
+// (then Name is empty).
+type Profile struct {
+	UserID  string `json:"userId"`
+	Name    string `json:"name"`
+	Deleted bool   `json:"deleted,omitempty"`
+}
+
 // Reader is one member's read position, used in receipts.
 type Reader struct {
 	UserID  string `json:"userId"`
@@ -198,8 +211,10 @@ type ClientFrame struct {
 	// position, or their online state and last seen time, from others.
 	HideReceipts *bool `json:"hideReceipts,omitempty"`
 	HidePresence *bool `json:"hidePresence,omitempty"`
-	// UserIDs are the users a presence request asks about.
+	// UserIDs are the users a presence or profiles request asks about.
 	UserIDs []string `json:"userIds,omitempty"`
+	// Query is the start of a name find_users looks for.
+	Query string `json:"query,omitempty"`
 }
 
 // ServerFrame is every frame the server sends; fields not used by a type are omitted. A message
@@ -215,8 +230,9 @@ type ServerFrame struct {
 	// RetryAfterMs, on a retryable refusal, is how long the client should wait before retrying.
 	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 
-	// Hello.
+	// Hello (and profile pushes: UserID and Name).
 	UserID    string `json:"userId,omitempty"`
+	Name      string `json:"name,omitempty"`
 	SessionID string `json:"sessionId,omitempty"`
 
 	// Ack, cursor, receipt and page frames.
@@ -256,6 +272,9 @@ type ServerFrame struct {
 	Online   *bool      `json:"online,omitempty"`
 	LastSeen *time.Time `json:"lastSeen,omitempty"`
 	Presence []Presence `json:"presence,omitempty"`
+
+	// Users answers profiles and find_users requests; never omitted there (an empty list).
+	Users *[]Profile `json:"users,omitempty"`
 
 	// Changes: the version of an edited, reaction or deleted frame, or the highest one a changes
 	// frame carries; HasMore says a changes frame stopped at the sync limit.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/chatd/chatd/auth"
+	"github.com/chatd/chatd/protocol"
 )
 
 // TestProtocolDocumentsTheSignInRule: docs/PROTOCOL.md quotes the sign-in refusal as /api/login
@@ -19,7 +20,7 @@ func TestProtocolDocumentsTheSignInRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(data)
-	if want := `{"error": "` + auth.ErrBadName.Error() + `"}`; !strings.Contains(doc, want) {
+	if want := `{"error": "` + protocol.ErrBadName.Error() + `"}`; !strings.Contains(doc, want) {
 		t.Fatalf("PROTOCOL.md does not quote the sign-in refusal %s", want)
 	}
 	// The examples: `"Ali  Ce"` → `ali-ce` are accepted names, ("élodie", ...) refused ones.
@@ -28,16 +29,16 @@ func TestProtocolDocumentsTheSignInRule(t *testing.T) {
 		t.Fatalf("PROTOCOL.md gives %d examples of the name rule; want at least 2", len(examples))
 	}
 	for _, ex := range examples {
-		if got, err := auth.UserIDFromName(ex[1]); err != nil || got != ex[2] {
+		if got, _, err := auth.UserIDFromName(ex[1]); err != nil || got != ex[2] {
 			t.Errorf("PROTOCOL.md says %q → %s; the code says %q, %v", ex[1], ex[2], got, err)
 		}
 	}
-	refused := regexp.MustCompile("sign-in gets the `400` above \\(([^)]*)\\)").FindStringSubmatch(doc)
+	refused := regexp.MustCompile("break the rule get the `400` above \\(([^)]*)\\)").FindStringSubmatch(doc)
 	if refused == nil {
 		t.Fatal("PROTOCOL.md lists no refused names")
 	}
 	for _, q := range regexp.MustCompile("`\"([^\"`]+)\"`").FindAllStringSubmatch(refused[1], -1) {
-		if got, err := auth.UserIDFromName(q[1]); err == nil {
+		if got, _, err := auth.UserIDFromName(q[1]); err == nil {
 			t.Errorf("PROTOCOL.md says %q is refused; the code makes it %q", q[1], got)
 		}
 	}
@@ -45,7 +46,7 @@ func TestProtocolDocumentsTheSignInRule(t *testing.T) {
 	if !strings.Contains(doc, `{"name": "Ali Ce"}`) || !strings.Contains(doc, `"userId": "ali-ce", "name": "Ali Ce"`) {
 		t.Error("PROTOCOL.md's sign-in example is not the Ali Ce one the rule describes")
 	}
-	if id, err := auth.UserIDFromName("Ali Ce"); err != nil || id != "ali-ce" {
+	if id, _, err := auth.UserIDFromName("Ali Ce"); err != nil || id != "ali-ce" {
 		t.Errorf(`UserIDFromName("Ali Ce") = %q, %v`, id, err)
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -10,6 +11,7 @@ import (
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/session"
+	"github.com/chatd/chatd/storage"
 )
 
 // socket is a session as the chat service sees it.
@@ -21,11 +23,15 @@ func (s socket) End(reason string) { s.Close(session.StatusRemoved, reason) }
 // router answers a session's frames by calling the chat service, and maps the service's errors to
 // wire codes. It is the only place that knows both.
 type router struct {
-	chat        *chat.Service
-	sendTimeout time.Duration
-	opTimeout   time.Duration
-	metrics     *Metrics
-	log         zerolog.Logger
+	chat *chat.Service
+	// account reads a user's account through the server's short cache (filled by the account
+	// check a moment before Opened), and forgetAccount drops it there after a change.
+	account       func(ctx context.Context, userID string) (storage.User, error)
+	forgetAccount func(userID string)
+	sendTimeout   time.Duration
+	opTimeout     time.Duration
+	metrics       *Metrics
+	log           zerolog.Logger
 }
 
 // Opened registers the session with the service and greets it.
@@ -33,7 +39,11 @@ func (r *router) Opened(ctx context.Context, s *session.Session) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
 	// hello is the first frame: queued before the service may push anything to the socket.
-	if err := s.Reply(ctx, protocol.ServerFrame{Type: protocol.TypeHello, UserID: s.UserID(), SessionID: s.ID()}); err != nil {
+	user, err := r.account(ctx, s.UserID())
+	if err != nil {
+		return fmt.Errorf("load the account of %s: %w", s.UserID(), err)
+	}
+	if err := s.Reply(ctx, protocol.ServerFrame{Type: protocol.TypeHello, UserID: s.UserID(), Name: user.Name, SessionID: s.ID()}); err != nil {
 		return err
 	}
 	total, err := r.chat.Open(ctx, socket{s})
@@ -122,6 +132,18 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 			}
 		}
 		return ok, nil
+	case protocol.TypeSetName:
+		if err := r.chat.SetName(ctx, uid, f.Name); err != nil {
+			return nil, err
+		}
+		r.forgetAccount(uid) // a reconnect's hello here says the new name
+		return ok, nil
+	case protocol.TypeProfiles:
+		users, err := r.chat.Profiles(ctx, f.UserIDs)
+		return &protocol.ServerFrame{Type: protocol.TypeProfiles, Users: &users}, err
+	case protocol.TypeFindUsers:
+		users, err := r.chat.FindUsers(ctx, uid, f.Query)
+		return &protocol.ServerFrame{Type: protocol.TypeProfiles, Users: &users}, err
 	case protocol.TypePresence:
 		list, err := r.chat.Presence(ctx, uid, f.UserIDs)
 		return &protocol.ServerFrame{Type: protocol.TypePresenceList, Presence: list}, err

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,10 +99,12 @@ func New(cfg Config, a *auth.Authenticator, service *chat.Service, users Users, 
 	}
 	log = log.With().Str("component", "server").Logger()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, auth: a, chat: service, users: users, log: log,
+	s := &Server{cfg: cfg, auth: a, chat: service, users: users, log: log,
 		seclog: newSecurityLog(log), accounts: newAccountCache(),
-		router: &router{chat: service, sendTimeout: cfg.SendTimeout, opTimeout: cfg.OpTimeout, metrics: cfg.Metrics, log: log},
-		limits: session.NewLimits(cfg.Session), sessionCtx: ctx, stopSessions: cancel}, nil
+		limits: session.NewLimits(cfg.Session), sessionCtx: ctx, stopSessions: cancel}
+	s.router = &router{chat: service, account: s.account, forgetAccount: s.accounts.forget,
+		sendTimeout: cfg.SendTimeout, opTimeout: cfg.OpTimeout, metrics: cfg.Metrics, log: log}
+	return s, nil
 }
 
 // Handler routes the public endpoints: the WebSocket, the JSON API, the health checks and the
@@ -251,14 +252,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "body must be JSON: {\"name\": \"...\"}")
 		return
 	}
-	id, err := auth.UserIDFromName(req.Name)
+	id, name, err := auth.UserIDFromName(req.Name)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	fresh := storage.User{ID: id, Name: strings.TrimSpace(req.Name), CreatedAt: time.Now().UTC()}
+	fresh := storage.User{ID: id, Name: name, CreatedAt: time.Now().UTC()}
 	user, err := s.users.EnsureUser(ctx, fresh)
 	if errors.Is(err, storage.ErrDeleted) {
 		// Dev mode lets anyone take any name, a deleted one too: a new account, under which

@@ -54,6 +54,9 @@ const (
 	opBlockedWith         = op("blocked_with")
 	opDeleteAccount       = op("delete_account")
 	opBackfill            = op("backfill")
+	opSetName             = op("set_name")
+	opProfiles            = op("profiles")
+	opFindUsers           = op("find_users")
 )
 
 var ops = []op{
@@ -62,7 +65,7 @@ var ops = []op{
 	opHideConversation, opAdvanceCursors, opCursorsOf, opCountReaders, opCountDelivered, opReaders, opEnsureUser, opReviveUser,
 	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opSetHidePresence, opMarkOnline,
 	opMarkOffline, opSetLastSeen, opPresenceOf, opForgetNodePresence, opBlock, opUnblock, opBlocksOf, opBlocked,
-	opBlockedWith, opDeleteAccount, opBackfill,
+	opBlockedWith, opDeleteAccount, opBackfill, opSetName, opProfiles, opFindUsers,
 }
 
 // Metrics are the store instruments: how long each operation takes and how often it fails. An

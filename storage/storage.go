@@ -171,6 +171,8 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		// Who is online: a user's connected nodes, and a restarted node's leftovers.
 		{s.presence, "user", bson.D{{Key: "userId", Value: 1}}, false},
 		{s.presence, "node", bson.D{{Key: "node", Value: 1}}, false},
+		// Find a person: a prefix of a name or of a word in it (FindUsers).
+		{s.users, "name_keys", bson.D{{Key: "nameKeys", Value: 1}}, false},
 	}
 	for _, ix := range indexes {
 		model := mongo.IndexModel{Keys: ix.keys, Options: options.Index().SetName(ix.name).SetUnique(ix.unique)}

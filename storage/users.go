@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -18,8 +20,11 @@ var ErrDeleted = errors.New("account deleted")
 // User is an account. HideReceipts keeps the user's read position out of other members' receipts,
 // HidePresence their online state and last seen time out of everyone's sight.
 type User struct {
-	ID           string    `bson:"_id"`
-	Name         string    `bson:"name"`
+	ID   string `bson:"_id"`
+	Name string `bson:"name"`
+	// NameKeys are what FindUsers matches a query's start against: the lower-case name and each
+	// of its ends that starts a word ("mary jane", "jane"). The store sets them with the name.
+	NameKeys     []string  `bson:"nameKeys,omitempty"`
 	HideReceipts bool      `bson:"hideReceipts"`
 	HidePresence bool      `bson:"hidePresence,omitempty"`
 	CreatedAt    time.Time `bson:"createdAt"`
@@ -40,6 +45,7 @@ var notDeleted = bson.E{Key: "deletedAt", Value: bson.D{{Key: "$exists", Value: 
 func (s *Store) EnsureUser(ctx context.Context, u User) (_ User, err error) {
 	defer s.metrics.observe(opEnsureUser, time.Now(), &err)
 	u.DeletedAt, u.TokensValidAfter = nil, nil // never set by the one who creates it
+	u.NameKeys = nameKeys(u.Name)
 	var stored User
 	err = s.users.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: u.ID}},
@@ -73,6 +79,7 @@ func (s *Store) ReviveUser(ctx context.Context, u User) (_ User, err error) {
 		return User{}, fmt.Errorf("revive user %s: %w", u.ID, ErrNotFound)
 	}
 	u.DeletedAt, u.TokensValidAfter = nil, old.DeletedAt
+	u.NameKeys = nameKeys(u.Name)
 	if old.TokensValidAfter != nil && old.TokensValidAfter.After(*old.DeletedAt) {
 		u.TokensValidAfter = old.TokensValidAfter
 	}
@@ -93,7 +100,7 @@ func (s *Store) markUserDeleted(ctx context.Context, userID string) error {
 	_, err := s.users.UpdateOne(ctx, bson.D{{Key: "_id", Value: userID}},
 		bson.D{
 			{Key: "$set", Value: bson.D{{Key: "deletedAt", Value: at}, {Key: "tokensValidAfter", Value: at},
-				{Key: "name", Value: ""}, {Key: "hideReceipts", Value: false}}},
+				{Key: "name", Value: ""}, {Key: "nameKeys", Value: bson.A{}}, {Key: "hideReceipts", Value: false}}},
 			{Key: "$setOnInsert", Value: bson.D{{Key: "createdAt", Value: at}}},
 		}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
@@ -118,7 +125,7 @@ func (s *Store) RevokeTokens(ctx context.Context, userID string, at time.Time) (
 	_, err = s.users.UpdateOne(ctx, bson.D{{Key: "_id", Value: userID}},
 		bson.D{
 			{Key: "$set", Value: bson.D{{Key: "tokensValidAfter", Value: after}}},
-			{Key: "$setOnInsert", Value: bson.D{{Key: "name", Value: userID}, {Key: "hideReceipts", Value: false},
+			{Key: "$setOnInsert", Value: bson.D{{Key: "name", Value: userID}, {Key: "nameKeys", Value: nameKeys(userID)}, {Key: "hideReceipts", Value: false},
 				{Key: "createdAt", Value: at.UTC()}}},
 		}, options.UpdateOne().SetUpsert(true))
 	if mongo.IsDuplicateKeyError(err) { // a concurrent first connection created it: update that
@@ -181,4 +188,62 @@ func (s *Store) SetHideReceipts(ctx context.Context, userID string, hide bool) (
 		return fmt.Errorf("set hidden on cursors of %s: %w", userID, err)
 	}
 	return nil
+}
+
+// nameKeys are the keys FindUsers matches against (see User.NameKeys).
+func nameKeys(name string) []string {
+	words := strings.Fields(strings.ToLower(name))
+	keys := make([]string, 0, len(words))
+	for i := range words {
+		keys = append(keys, strings.Join(words[i:], " "))
+	}
+	return keys
+}
+
+// SetName stores a user's display name (checked by the caller); ErrNotFound for no account or a
+// deleted one.
+func (s *Store) SetName(ctx context.Context, userID, name string) (err error) {
+	defer s.metrics.observe(opSetName, time.Now(), &err)
+	res, err := s.users.UpdateOne(ctx, bson.D{{Key: "_id", Value: userID}, notDeleted},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "name", Value: name}, {Key: "nameKeys", Value: nameKeys(name)}}}})
+	if err != nil {
+		return fmt.Errorf("set name of %s: %w", userID, err)
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("set name of %s: %w", userID, ErrNotFound)
+	}
+	return nil
+}
+
+// Profiles returns the accounts of ids that exist or existed (a deleted one as its tombstone:
+// DeletedAt set, no name), with only their ids, names and deletion times read.
+func (s *Store) Profiles(ctx context.Context, ids []string) (_ []User, err error) {
+	defer s.metrics.observe(opProfiles, time.Now(), &err)
+	return s.findUsers(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find())
+}
+
+// FindUsers returns up to limit accounts, not deleted and other than except, whose name or a word
+// of it starts with prefix (any case), sorted by name. On MongoDB it is a range scan of the
+// nameKeys index.
+func (s *Store) FindUsers(ctx context.Context, prefix, except string, limit int64) (_ []User, err error) {
+	defer s.metrics.observe(opFindUsers, time.Now(), &err)
+	lower := strings.ToLower(strings.Join(strings.Fields(prefix), " "))
+	filter := bson.D{
+		{Key: "nameKeys", Value: bson.D{{Key: "$regex", Value: "^" + regexp.QuoteMeta(lower)}}},
+		{Key: "_id", Value: bson.D{{Key: "$ne", Value: except}}},
+		notDeleted,
+	}
+	return s.findUsers(ctx, filter, options.Find().SetSort(bson.D{{Key: "name", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(limit))
+}
+
+func (s *Store) findUsers(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]User, error) {
+	cur, err := s.users.Find(ctx, filter, opts.SetProjection(bson.D{{Key: "name", Value: 1}, {Key: "deletedAt", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("find users: %w", err)
+	}
+	users := []User{}
+	if err := cur.All(ctx, &users); err != nil {
+		return nil, fmt.Errorf("read users: %w", err)
+	}
+	return users, nil
 }

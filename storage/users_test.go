@@ -3,6 +3,8 @@ package storage_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -87,5 +89,64 @@ func TestRevokeTokens(t *testing.T) {
 	u, err := s.EnsureUser(ctx, storage.User{ID: "stranger", Name: "stranger", CreatedAt: time.Now().UTC()})
 	if err != nil || u.TokensValidAfter == nil || !u.TokensValidAfter.Equal(after) {
 		t.Fatalf("the first connection after a revocation sees %+v, %v; want tokens valid after %s", u, err, after)
+	}
+}
+
+// TestFindUsersByNameOrWord: a person is found by the start of their name or of any word of it,
+// in any case and script, sorted by name; deleted accounts and the asker are not found; a renamed
+// user is found by the new name only; Profiles shows a deleted account as such.
+func TestFindUsersByNameOrWord(t *testing.T) {
+	s := testenv.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for id, name := range map[string]string{"mary": "Mary Jane", "jan": "Jan Novák", "jo": "José Janssen",
+		"li": "李雷", "asker": "Jane Asker", "gone": "Janet Gone", "old": "Oldname"} {
+		if _, err := s.EnsureUser(ctx, storage.User{ID: id, Name: name, CreatedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.DeleteAccount(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetName(ctx, "old", "Janina Renamed"); err != nil {
+		t.Fatal(err)
+	}
+	names := func(query string) []string {
+		t.Helper()
+		found, err := s.FindUsers(ctx, query, "asker", 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := []string{}
+		for _, u := range found {
+			out = append(out, u.Name)
+		}
+		return out
+	}
+	for query, want := range map[string][]string{
+		"jan":      {"Jan Novák", "Janina Renamed", "José Janssen", "Mary Jane"},
+		"JAN":      {"Jan Novák", "Janina Renamed", "José Janssen", "Mary Jane"},
+		"mary j":   {"Mary Jane"},
+		"josé":     {"José Janssen"},
+		"李":        {"李雷"},
+		"oldname":  {},
+		"a.b":      {}, // no regular expression sneaks in
+		"renamed ": {"Janina Renamed"},
+	} {
+		if got := names(query); !slices.Equal(got, want) {
+			t.Errorf("FindUsers(%q) = %q; want %q", query, got, want)
+		}
+	}
+	profiles, err := s.Profiles(ctx, []string{"mary", "gone", "nobody"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(profiles, func(a, b storage.User) int { return strings.Compare(a.ID, b.ID) })
+	if len(profiles) != 2 || profiles[0].ID != "gone" || profiles[0].DeletedAt == nil || profiles[0].Name != "" ||
+		profiles[1].Name != "Mary Jane" || profiles[1].DeletedAt != nil {
+		t.Fatalf("Profiles = %+v; want gone (deleted, no name) and Mary Jane", profiles)
+	}
+	if err := s.SetName(ctx, "gone", "Back"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("SetName of a deleted account: %v; want ErrNotFound", err)
 	}
 }
