@@ -31,6 +31,7 @@
   const PRIVACY_KEY = 'chatd.privacy.'; // the receipts switch as last set here: the server has no frame that tells it
   const LONG_PRESS_MS = 500; // a touch held this long opens the message menu (the platform's own long-press is longer)
   const LONG_PRESS_SLOP_PX = 10; // a finger that moves further is scrolling, not pressing
+  const USER_ID = /^[a-z0-9][a-z0-9_-]{0,63}$/; // auth.ValidUserID
   const QUOTE_CHARS = 80; // how much of a replied-to message its quote shows
   const LIST_PREVIEW_CHARS = 120; // how much of a conversation's newest message its list entry keeps (one line shows less)
   const MENU_SCROLL_CLOSE_PX = 40; // the message menu closes once its message has scrolled this far away
@@ -40,6 +41,9 @@
   const MUTED_KEY = 'chatd.muted.'; // conversations muted on this device (JSON list of ids): no desktop notification
   const NOTIFY_BODY_CHARS = 200; // how much of a message a desktop notification shows
   const PRESENCE_BATCH = 100; // users per presence request, the protocol's limit
+  const PROFILES_BATCH = 100; // users per profiles request, the protocol's limit
+  const NAMES_DEBOUNCE_MS = 30; // gather the ids a render asks for into one profiles request
+  const FIND_DEBOUNCE_MS = 250; // wait for a pause in typing before asking find_users
   const FAVICON_PX = 64; // the drawn favicon's size; browsers scale it to the tab's 16 or 32 px
 
   const $ = (id) => document.getElementById(id);
@@ -62,6 +66,8 @@
     msgMenu: $('msg-menu'), msgReply: $('msg-reply'), msgDelete: $('msg-delete'), msgEdit: $('msg-edit'),
     editBar: $('edit-bar'), editCancel: $('edit-cancel'),
     presenceSwitch: $('presence-switch'), presenceStatus: $('presence-status'),
+    nameForm: $('name-form'), nameInput: $('name-input'), nameStatus: $('name-status'),
+    dmResults: $('dm-results'),
     notifySwitch: $('notify-switch'), notifyStatus: $('notify-status'), menuMute: $('menu-mute'), favicon: $('favicon'),
     replyBar: $('reply-bar'), replySender: $('reply-sender'), replyText: $('reply-text'), replyCancel: $('reply-cancel'),
     confirm: $('confirm'), confirmTitle: $('confirm-title'), confirmText: $('confirm-text'),
@@ -92,6 +98,7 @@
     blocks: new Set(), // users this user blocks (list_blocks), for the DM menu and the settings panel
     editing: null, // {convId, seq, draft}: the own message the composer edits, and the draft it set aside
     presence: new Map(), // user id -> {online, lastSeen}: from presence pushes and presence_list replies
+    names: new Map(), // user id -> {name, deleted}: from profiles replies and profile pushes
   };
 
   const conn = {
@@ -144,11 +151,106 @@
   }
 
   function convTitle(c) {
-    if (c.kind === 'dm') return c.members.find((m) => m !== state.auth.userId) || state.auth.userId;
-    return c.name || c.members.filter((m) => m !== state.auth.userId).join(', ') || 'Group';
+    if (c.kind === 'dm') return nameOf(c.members.find((m) => m !== state.auth.userId) || state.auth.userId);
+    return c.name || c.members.filter((m) => m !== state.auth.userId).map(nameOf).join(', ') || 'Group';
   }
 
   const me = () => state.auth && state.auth.userId;
+
+  // ---- Display names ---------------------------------------------------------------------------
+
+  // A user is shown by their display name wherever the page used to show the id. Names come from
+  // profiles replies (asked for every id the page meets and has no name for, in batches) and
+  // profile pushes; until one is known, and for an id the server does not know, the id is shown.
+  const names = { asking: new Set(), wanted: new Set(), timer: null };
+
+  function nameOf(userId) {
+    if (!userId) return '';
+    if (state.auth && userId === state.auth.userId && state.auth.name) return state.auth.name;
+    const p = state.names.get(userId);
+    if (!p) { wantNames([userId]); return userId; }
+    if (p.deleted) return 'Deleted account';
+    return p.name || userId;
+  }
+
+  // wantNames notes ids whose names the page needs; one profiles request asks for them shortly.
+  function wantNames(ids) {
+    for (const id of ids) {
+      if (id && !state.names.has(id) && !names.asking.has(id) && id !== me()) names.wanted.add(id);
+    }
+    if (names.wanted.size && !names.timer && conn.live) names.timer = setTimeout(askNames, NAMES_DEBOUNCE_MS);
+  }
+
+  async function askNames(ids = [...names.wanted]) {
+    clearTimeout(names.timer);
+    names.timer = null;
+    names.wanted.clear();
+    let changed = false;
+    for (let i = 0; i < ids.length; i += PROFILES_BATCH) {
+      const batch = ids.slice(i, i + PROFILES_BATCH);
+      for (const id of batch) names.asking.add(id);
+      try {
+        const r = await request({ type: 'profiles', userIds: batch });
+        for (const u of r.users || []) state.names.set(u.userId, { name: u.name || '', deleted: !!u.deleted });
+        // Ids the server does not know keep showing as ids, and are not asked for again.
+        for (const id of batch) if (!state.names.has(id)) state.names.set(id, { name: '' });
+        changed = true;
+      } catch {
+        // Asked again when a later render needs them (after the next sync at the latest); no
+        // redraw now, which would ask again at once.
+      } finally {
+        for (const id of batch) names.asking.delete(id);
+      }
+    }
+    if (changed) namesChanged();
+  }
+
+  // refreshNames asks again for every name the page holds: profile pushes missed while the page
+  // was away are not sent again.
+  function refreshNames() {
+    const ids = [...new Set([...state.names.keys(), ...names.wanted])].filter((id) => id !== me());
+    if (ids.length) askNames(ids);
+  }
+
+  function onProfile(f) {
+    if (!f.userId) return;
+    if (f.userId === me()) {
+      setOwnName(f.name || state.auth.name);
+    } else {
+      state.names.set(f.userId, { name: f.name || '' });
+    }
+    namesChanged();
+  }
+
+  function setOwnName(name) {
+    if (!state.auth || !name || state.auth.name === name) return;
+    state.auth.name = name;
+    localStorage.setItem(AUTH_KEY, JSON.stringify(state.auth));
+  }
+
+  // initial is the first character of a name (a whole character: "李" or "Z", not half of an
+  // emoji's surrogate pair), for an avatar.
+  const initial = (name) => ([...(name || '?')][0] || '?').toUpperCase();
+
+  // systemText is a system message ("alice added carol, dave") with the user ids in it shown as
+  // names: the words that are the ids of its sender or of the conversation's members.
+  function systemText(c, m) {
+    const ids = new Set([m.senderId, ...((c && c.members) || [])]);
+    const isId = (w) => ids.has(w) || (state.names.has(w) && !!state.names.get(w).name) || /^u-[0-9a-f]{16}$/.test(w);
+    return (m.body || '').split(/(\s+|,)/).map((w) => (w && isId(w) ? nameOf(w) : w)).join('');
+  }
+
+  // namesChanged redraws what shows names: the list, the open conversation, the panels.
+  function namesChanged() {
+    if (!state.auth) return;
+    ui.me.textContent = state.auth.name || state.auth.userId;
+    renderConvList();
+    if (state.openId) {
+      showConversation();
+      renderMessages();
+    }
+    renderBlocks();
+  }
   const openConv = () => state.convs.get(state.openId);
   const openWindow = () => state.windows.get(state.openId);
 
@@ -215,6 +317,8 @@
     state.replyTo.clear();
     state.blocks.clear();
     state.presence.clear();
+    state.names.clear();
+    closeFind();
     state.editing = null;
     state.openId = null;
     state.total = 0;
@@ -386,6 +490,7 @@
       case 'changes': onChanges(f); break;
       case 'delivered': onPeerDelivered(f); break;
       case 'presence': onPresence(f); break;
+      case 'profile': onProfile(f); break;
       case 'error': ui.sidebarError.textContent = f.message || f.code; break;
       default: break; // frames added to the protocol later are ignored
     }
@@ -393,6 +498,7 @@
 
   function onHello(f) {
     if (f.userId && f.userId !== me()) { signOut('Signed in as another user; please sign in again.'); return; }
+    if (f.name) { setOwnName(f.name); ui.me.textContent = f.name; }
     conn.attempt = 0;
     conn.live = true;
     focusSent = undefined; // a new socket shows nothing
@@ -427,6 +533,7 @@
     flushDelivered();
     requestPresence();
     if (ui.groupInfo.open) requestGroupPresence();
+    refreshNames();
     loadBlocks();
     resendSavedReads();
     setStatus('connected', 'Connected');
@@ -799,23 +906,141 @@
     const c = openConv();
     const who = c ? typers(c) : [];
     ui.typing.textContent = who.length === 0 ? ''
-      : who.length === 1 ? `${who[0]} is typing…` : `${who.join(', ')} are typing…`;
+      : who.length === 1 ? `${nameOf(who[0])} is typing…` : `${who.map(nameOf).join(', ')} are typing…`;
   }
 
+  // openDM opens a DM from the "Message a user" box: with the person picked in its list of
+  // people found by name, else with the one whose name is exactly what was typed, else with the
+  // user whose id was typed.
   async function openDM(ev) {
     ev.preventDefault();
     ui.sidebarError.textContent = '';
-    const peer = userIdOf(ui.dmUser.value);
-    if (!peer) return;
+    const typed = ui.dmUser.value.trim();
+    if (!typed) return;
+    const active = find.users[find.active];
+    const exact = find.query === typed ? find.users.filter((u) => u.name.toLowerCase() === typed.toLowerCase()) : [];
+    let peer = active ? active.userId : exact.length === 1 ? exact[0].userId : '';
+    if (!peer) {
+      const id = userIdOf(typed);
+      if (!USER_ID.test(id)) { ui.sidebarError.textContent = 'Pick someone from the list, or type a user id.'; return; }
+      peer = id;
+    }
+    await openDMWith(peer);
+  }
+
+  async function openDMWith(peer) {
     if (peer === me()) { ui.sidebarError.textContent = 'That is you: pick another user.'; return; }
     try {
       const r = await request({ type: 'open_dm', userId: peer });
       onConversation(r.conversation);
       ui.dmUser.value = '';
+      closeFind();
       openConversation(r.conversation.id, { focus: true });
     } catch (err) {
       ui.sidebarError.textContent = errorText(err);
     }
+  }
+
+  // ---- Find a person ---------------------------------------------------------------------------
+
+  // The "Message a user" box is a combobox: typing a name (a word of it, from its start) lists up
+  // to 20 people (find_users) under it; the arrow keys move through them, Enter or a click opens
+  // the DM with the one chosen, Escape closes the list. A user id can still be typed and sent.
+  const find = { timer: null, query: '', users: [], active: -1, seq: 0 };
+
+  function onFindInput() {
+    clearTimeout(find.timer);
+    const q = ui.dmUser.value.trim();
+    if (!q) { closeFind(); return; }
+    find.timer = setTimeout(() => runFind(q), FIND_DEBOUNCE_MS);
+  }
+
+  async function runFind(q) {
+    const mySeq = ++find.seq;
+    let r;
+    try {
+      r = await request({ type: 'find_users', query: q });
+    } catch {
+      return; // typing an id still works; the next keystroke asks again
+    }
+    if (mySeq !== find.seq || ui.dmUser.value.trim() !== q) return; // typed on meanwhile
+    const users = (r.users || []).filter((u) => !u.deleted && u.userId !== me());
+    for (const u of users) state.names.set(u.userId, { name: u.name || '' });
+    find.query = q;
+    find.users = users;
+    find.active = -1;
+    renderFind();
+  }
+
+  function renderFind() {
+    const open = !!find.query;
+    ui.dmResults.hidden = !open;
+    ui.dmUser.setAttribute('aria-expanded', String(open));
+    if (!open) { ui.dmResults.replaceChildren(); ui.dmUser.removeAttribute('aria-activedescendant'); return; }
+    if (!find.users.length) {
+      ui.dmResults.replaceChildren(h('li', { class: 'people-empty muted', role: 'option', 'aria-disabled': 'true' }, `No one found for "${find.query}"`));
+      ui.dmUser.removeAttribute('aria-activedescendant');
+      return;
+    }
+    ui.dmResults.replaceChildren(...find.users.map((u, i) => h('li', {
+      role: 'option', id: `dm-option-${i}`, class: 'person', 'data-user': u.userId, 'aria-selected': String(i === find.active),
+    }, h('span', { class: 'avatar', 'aria-hidden': 'true' }, initial(u.name || u.userId)),
+    h('span', { class: 'person-name', dir: 'auto' }, u.name || u.userId),
+    h('span', { class: 'person-id muted small' }, u.userId))));
+    if (find.active >= 0) {
+      ui.dmUser.setAttribute('aria-activedescendant', `dm-option-${find.active}`);
+      document.getElementById(`dm-option-${find.active}`)?.scrollIntoView({ block: 'nearest' });
+    } else {
+      ui.dmUser.removeAttribute('aria-activedescendant');
+    }
+  }
+
+  function closeFind() {
+    clearTimeout(find.timer);
+    find.seq++;
+    find.query = '';
+    find.users = [];
+    find.active = -1;
+    renderFind();
+  }
+
+  function onFindKey(e) {
+    if (e.key === 'Escape' && find.query) { e.preventDefault(); closeFind(); return; }
+    if ((e.key !== 'ArrowDown' && e.key !== 'ArrowUp') || !find.users.length) return;
+    e.preventDefault();
+    const n = find.users.length;
+    find.active = e.key === 'ArrowDown' ? (find.active + 1) % n : (find.active - 1 + n) % n;
+    renderFind();
+  }
+
+  function onFindPick(e) {
+    const li = e.target.closest('li.person');
+    if (!li) return;
+    const i = find.users.findIndex((u) => u.userId === li.dataset.user);
+    if (i < 0) return;
+    find.active = i;
+    ui.dmUser.value = find.users[i].name || find.users[i].userId;
+    ui.sidebarError.textContent = '';
+    openDMWith(find.users[i].userId);
+  }
+
+  // ---- Your name ----------------------------------------------------------------------------
+
+  async function saveName(ev) {
+    ev.preventDefault();
+    const name = ui.nameInput.value.trim().replace(/\s+/g, ' ');
+    if (!name) return;
+    ui.nameStatus.textContent = 'Saving…';
+    try {
+      await request({ type: 'set_name', name });
+    } catch (err) {
+      ui.nameStatus.textContent = failureText('Could not change your name', err); // the text is kept to correct
+      return;
+    }
+    setOwnName(name); // the profile push that follows says the same
+    ui.nameInput.value = name;
+    ui.nameStatus.textContent = 'Saved. Others see your new name.';
+    namesChanged();
   }
 
   async function createGroup(ev) {
@@ -887,10 +1112,10 @@
     button.setAttribute('aria-describedby', subId);
     const preview = previewText(c);
     button.replaceChildren(
-      h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true' }, title.slice(0, 1).toUpperCase()),
+      h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true' }, initial(title)),
       h('span', { class: 'conv-text' },
         h('span', { class: 'conv-line' },
-          h('span', { class: 'conv-name' }, title),
+          h('span', { class: 'conv-name', dir: 'auto' }, title),
           muted ? h('span', { class: 'conv-muted', title: 'Notifications muted', 'aria-hidden': 'true' }, '🔕') : null,
           c.last ? h('time', { class: 'conv-time muted', datetime: c.last.createdAt }, listTime(c.last.createdAt)) : null),
         h('span', { class: 'conv-line' },
@@ -905,8 +1130,8 @@
     const m = c.last;
     if (!m) return '';
     if (m.kind === 'deleted') return 'This message was deleted';
-    if (m.kind === 'system') return m.body;
-    return `${m.senderId === me() ? 'You' : m.senderId}: ${m.body}`;
+    if (m.kind === 'system') return systemText(c, m);
+    return `${m.senderId === me() ? 'You' : nameOf(m.senderId)}: ${m.body}`;
   }
 
   // listTime says when the newest message came: the time today, "Yesterday", the weekday within
@@ -1154,8 +1379,8 @@
     ui.title.textContent = convTitle(c);
     const peer = dmPeer(c);
     const presence = c.kind === 'dm' ? presenceText(peer) : '';
-    ui.meta.textContent = c.kind === 'group' ? `${c.members.length} members: ${c.members.join(', ')}`
-      : [state.blocks.has(peer) ? `Direct message · you blocked ${peer}` : 'Direct message', presence].filter(Boolean).join(' · ');
+    ui.meta.textContent = c.kind === 'group' ? `${c.members.length} members: ${c.members.map(nameOf).join(', ')}`
+      : [state.blocks.has(peer) ? `Direct message · you blocked ${nameOf(peer)}` : 'Direct message', presence].filter(Boolean).join(' · ');
     ui.meta.dataset.presence = presence;
     renderReplyBar();
     renderEditBar();
@@ -1322,7 +1547,8 @@
       const status = mine ? sentStatus(c, m, s === lastMine) : null;
       const quote = m.replyTo && m.kind === 'text' ? quoteOf(w, m.replyTo, m.quote) : null;
       items.push({
-        key: `s${s}`, sig: [m.kind, m.body, m.editedAt, reactionsSig(m), status && status.sig, quote && quote.sig].join('|'),
+        key: `s${s}`, sig: [m.kind, m.body, m.editedAt, reactionsSig(m), status && status.sig, status && status.title, quote && quote.sig,
+          m.kind === 'system' ? systemText(c, m) : nameOf(m.senderId)].join('|'),
         build: () => messageItem(c, m, status, quote),
       });
     }
@@ -1454,7 +1680,7 @@
     }
     if (isLast && c.readBy && c.readBy.seq === m.seq) {
       const n = c.readBy.n;
-      return { sig: `by${n}`, readBy: n, text: `Read by ${n}`, label: `Read by ${n}`, title: c.readBy.readers.join(', ') };
+      return { sig: `by${n}`, readBy: n, text: `Read by ${n}`, label: `Read by ${n}`, title: c.readBy.readers.map(nameOf).join(', ') };
     }
     return { sig: 'sent', text: '✓', label: 'Sent' };
   }
@@ -1570,7 +1796,7 @@
   function messageItem(c, m, status, quote) {
     const mine = m.senderId === me();
     if (m.kind === 'system') {
-      return h('li', { class: 'msg system', 'data-seq': m.seq }, h('p', { class: 'body', dir: 'auto' }, m.body || ''));
+      return h('li', { class: 'msg system', 'data-seq': m.seq }, h('p', { class: 'body', dir: 'auto' }, systemText(c, m)));
     }
     const attrs = {
       class: `msg ${mine ? 'mine' : 'theirs'}`, 'data-seq': m.seq, 'data-sender': m.senderId,
@@ -1579,14 +1805,14 @@
     if (status && status.read !== undefined) attrs['data-read'] = String(status.read);
     if (status && status.delivered !== undefined) attrs['data-delivered'] = String(status.delivered);
     if (status && status.readBy !== undefined) attrs['data-read-by'] = String(status.readBy);
-    const who = mine ? 'your message' : `message from ${m.senderId}`;
+    const who = mine ? 'your message' : `message from ${nameOf(m.senderId)}`;
     // A tombstone has nothing left to answer or delete: no menu.
     const menuButton = m.kind === 'text' ? h('button', {
       type: 'button', class: 'msg-actions', 'aria-haspopup': 'menu', 'aria-expanded': 'false',
       'aria-controls': 'msg-menu', 'aria-label': `Options for ${who}`,
     }, h('span', { 'aria-hidden': 'true' }, '⋯')) : null;
     const bubble = h('div', { class: 'bubble' },
-      h('span', { class: mine || c.kind === 'dm' ? 'sr-only' : 'sender' }, mine ? 'You' : m.senderId),
+      h('span', { class: mine || c.kind === 'dm' ? 'sr-only' : 'sender' }, mine ? 'You' : nameOf(m.senderId)),
       quote ? quoteItem(quote) : null,
       bodyOf(m, c.id),
       m.kind === 'text' ? reactionChips(m) : null,
@@ -2011,8 +2237,8 @@
     }
     if (isNew && m.senderId !== me() && !wasHidden) notifyDesktop(c, m);
     if (isNew && m.senderId !== me()) {
-      announce(m.conversationId === state.openId ? `${m.senderId}: ${m.body || 'message deleted'}`
-        : `New message from ${m.senderId}`);
+      announce(m.conversationId === state.openId ? `${nameOf(m.senderId)}: ${m.body || 'message deleted'}`
+        : `New message from ${nameOf(m.senderId)}`);
     }
     renderConvList();
   }
@@ -2341,13 +2567,13 @@
       q = { seq, sender: '', text: 'deleted message', state: 'deleted' };
     } else if (serverQuote) {
       const text = (serverQuote.body || '').replace(/\s+/g, ' ').trim();
-      q = { seq, sender: serverQuote.senderId === me() ? 'You' : serverQuote.senderId, state: 'loaded',
+      q = { seq, sender: serverQuote.senderId === me() ? 'You' : nameOf(serverQuote.senderId), state: 'loaded',
         text: text.length > QUOTE_CHARS ? `${text.slice(0, QUOTE_CHARS).trimEnd()}…` : text };
     } else if (!m) q = { seq, sender: '', text: 'a message', state: 'missing' };
     else if (m.kind === 'deleted') q = { seq, sender: '', text: 'deleted message', state: 'deleted' };
     else {
       const text = (m.body || '').replace(/\s+/g, ' ').trim();
-      q = { seq, sender: m.senderId === me() ? 'You' : m.senderId, state: 'loaded',
+      q = { seq, sender: m.senderId === me() ? 'You' : nameOf(m.senderId), state: 'loaded',
         text: text.length > QUOTE_CHARS ? `${text.slice(0, QUOTE_CHARS).trimEnd()}…` : text };
     }
     q.sig = `${q.state}:${q.sender}:${q.text}`;
@@ -2403,7 +2629,7 @@
     ui.menuGroupInfo.hidden = c.kind !== 'group';
     ui.menuLeave.hidden = c.kind !== 'group';
     ui.menuBlock.hidden = !peer;
-    ui.menuBlock.textContent = state.blocks.has(peer) ? `Unblock ${peer}` : `Block ${peer}`;
+    ui.menuBlock.textContent = state.blocks.has(peer) ? `Unblock ${nameOf(peer)}` : `Block ${nameOf(peer)}`;
     ui.menuMute.textContent = isMuted(c.id) ? 'Unmute notifications' : 'Mute notifications';
     showMenu(ui.convMenu, ui.convMenuButton);
   }
@@ -2451,7 +2677,7 @@
     if (!peer) return;
     if (state.blocks.has(peer)) { await setBlocked(peer, false, showNotice); return; }
     const ok = await confirmAction({
-      title: `Block ${peer}?`,
+      title: `Block ${nameOf(peer)}?`,
       text: 'Neither of you can message the other or add the other to a group until you unblock. They are not told.',
       ok: 'Block',
     });
@@ -2464,11 +2690,11 @@
     try {
       await request({ type: block ? 'block_user' : 'unblock_user', userId });
     } catch (err) {
-      report(failureText(block ? `Could not block ${userId}` : `Could not unblock ${userId}`, err));
+      report(failureText(block ? `Could not block ${nameOf(userId)}` : `Could not unblock ${nameOf(userId)}`, err));
       return false;
     }
     if (block) state.blocks.add(userId); else state.blocks.delete(userId);
-    announce(block ? `${userId} is blocked` : `${userId} is unblocked`);
+    announce(block ? `${nameOf(userId)} is blocked` : `${nameOf(userId)} is unblocked`);
     renderBlocks();
     if (state.openId) showConversation();
     return true;
@@ -2535,14 +2761,14 @@
       const canRemove = iCreated && u !== me();
       return {
         key: u,
-        sig: [u === me(), presence, creator, canRemove].join('|'),
+        sig: [u === me(), presence, creator, canRemove, nameOf(u)].join('|'),
         build: () => h('li', { class: 'member', 'data-user': u },
-          h('span', { class: 'avatar', 'aria-hidden': 'true' }, u.slice(0, 1).toUpperCase()),
+          h('span', { class: 'avatar', 'aria-hidden': 'true' }, initial(nameOf(u))),
           h('span', { class: 'member-text' },
-            h('span', { class: 'member-name' }, u === me() ? `${u} (you)` : u),
+            h('span', { class: 'member-name', dir: 'auto' }, u === me() ? `${nameOf(u)} (you)` : nameOf(u)),
             creator || presence ? h('span', { class: 'member-presence muted small', 'data-presence': presence },
               [creator ? 'created the group' : '', presence].filter(Boolean).join(' · ')) : null),
-          canRemove ? h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${u} from the group`, onclick: () => removeMember(u) }, 'Remove') : null),
+          canRemove ? h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${nameOf(u)} from the group`, onclick: () => removeMember(u) }, 'Remove') : null),
       };
     }));
   }
@@ -2567,18 +2793,18 @@
     const c = state.convs.get(groupInfoId);
     if (!c) return;
     const ok = await confirmAction({
-      title: `Remove ${userId}?`,
-      text: `${userId} leaves ${convTitle(c)} and stops getting its messages.`,
+      title: `Remove ${nameOf(userId)}?`,
+      text: `${nameOf(userId)} leaves ${convTitle(c)} and stops getting its messages.`,
       ok: 'Remove',
     });
     if (!ok) return;
     ui.groupInfoError.textContent = '';
     try {
       await request({ type: 'remove_member', conversationId: c.id, userId });
-      announce(`Removed ${userId}`);
+      announce(`Removed ${nameOf(userId)}`);
       refreshListSoon();
     } catch (err) {
-      ui.groupInfoError.textContent = failureText(`Could not remove ${userId}`, err);
+      ui.groupInfoError.textContent = failureText(`Could not remove ${nameOf(userId)}`, err);
     }
   }
 
@@ -2592,9 +2818,11 @@
     ui.presenceStatus.textContent = '';
     ui.notifySwitch.checked = notifyOn();
     ui.notifyStatus.textContent = '';
+    ui.nameInput.value = state.auth.name || '';
+    ui.nameStatus.textContent = '';
     renderBlocks();
     ui.settings.showModal();
-    ui.notifySwitch.focus();
+    ui.nameInput.focus();
     if (conn.live) loadBlocks();
   }
 
@@ -2697,7 +2925,7 @@
 
   function notifyDesktop(c, m) {
     if (!c || m.kind !== 'text' || document.visibilityState !== 'hidden' || !notifyOn() || isMuted(c.id)) return;
-    const title = c.kind === 'group' ? `${m.senderId} in ${convTitle(c)}` : m.senderId;
+    const title = c.kind === 'group' ? `${nameOf(m.senderId)} in ${convTitle(c)}` : nameOf(m.senderId);
     const text = (m.body || '').replace(/\s+/g, ' ').trim();
     let n;
     try {
@@ -2767,10 +2995,10 @@
     ui.blockedEmpty.hidden = ids.length > 0;
     reconcile(ui.blockedList, ids.map((u) => ({
       key: u,
-      sig: u,
+      sig: nameOf(u),
       build: () => h('li', { class: 'member', 'data-user': u },
-        h('span', { class: 'member-name' }, u),
-        h('button', { type: 'button', class: 'link unblock', 'aria-label': `Unblock ${u}`, onclick: () => unblockFromSettings(u) }, 'Unblock')),
+        h('span', { class: 'member-name', dir: 'auto' }, nameOf(u)),
+        h('button', { type: 'button', class: 'link unblock', 'aria-label': `Unblock ${nameOf(u)}`, onclick: () => unblockFromSettings(u) }, 'Unblock')),
     })));
   }
 
@@ -2852,6 +3080,12 @@
   ui.list.addEventListener('contextmenu', (e) => { if (press.fired || press.timer) e.preventDefault(); });
   ui.reconnectNow.addEventListener('click', () => { conn.attempt = 0; connect(); });
   ui.dmForm.addEventListener('submit', openDM);
+  ui.dmUser.addEventListener('input', onFindInput);
+  ui.dmUser.addEventListener('keydown', onFindKey);
+  ui.dmUser.addEventListener('blur', () => setTimeout(() => { if (document.activeElement !== ui.dmUser) closeFind(); }, 150));
+  ui.dmResults.addEventListener('pointerdown', (e) => e.preventDefault()); // keep the focus in the box
+  ui.dmResults.addEventListener('click', onFindPick);
+  ui.nameForm.addEventListener('submit', saveName);
   ui.groupForm.addEventListener('submit', createGroup);
   ui.composer.addEventListener('submit', submitMessage);
   ui.input.addEventListener('input', onInput);
