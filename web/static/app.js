@@ -1514,6 +1514,64 @@
     for (const e of old.values()) e.remove();
   }
 
+  // morph makes the live element a look like the freshly built b, changing a in place: the
+  // elements a click may be on (a reaction chip, the menu button) stay the same nodes, so a press
+  // before a change and the release after it still make a click. Children are matched in order by
+  // tag and first class (reaction chips by their emoji); an element marked data-replace (a body
+  // with its own listeners) is matched only when its mark is the same, and then left as it is.
+  function morph(a, b) {
+    syncAttributes(a, b);
+    if (a.hasAttribute('data-replace')) return;
+    const olds = [...a.childNodes];
+    let at = 0;
+    let ref = a.firstChild;
+    for (const nb of [...b.childNodes]) {
+      let i = at;
+      while (i < olds.length && !sameKind(olds[i], nb)) i++;
+      if (i < olds.length) {
+        const oa = olds[i];
+        at = i + 1;
+        if (oa.nodeType === Node.TEXT_NODE) {
+          if (oa.nodeValue !== nb.nodeValue) oa.nodeValue = nb.nodeValue;
+        } else {
+          morph(oa, nb);
+        }
+        if (oa !== ref) a.insertBefore(oa, ref); else ref = ref.nextSibling;
+        olds[i] = null;
+      } else {
+        a.insertBefore(nb, ref);
+      }
+    }
+    for (const oa of olds) if (oa && oa.parentNode === a) oa.remove();
+  }
+
+  // KEPT_ATTRIBUTES are set on message elements after they are built (a focus target, the open
+  // menu's trigger): morphing leaves them as they are.
+  const KEPT_ATTRIBUTES = new Set(['tabindex', 'aria-expanded', 'data-key', 'data-sig']);
+
+  function syncAttributes(a, b) {
+    for (const { name } of [...a.attributes]) {
+      if (!b.hasAttribute(name) && !KEPT_ATTRIBUTES.has(name)) a.removeAttribute(name);
+    }
+    for (const { name, value } of [...b.attributes]) {
+      if (name === 'aria-expanded' && a === openMenu.trigger) continue;
+      if (name === 'class' && a.classList.contains('flash')) {
+        if (a.className !== `${value} flash`) a.className = `${value} flash`; // its highlight is running
+        continue;
+      }
+      if (a.getAttribute(name) !== value) a.setAttribute(name, value);
+    }
+  }
+
+  function sameKind(a, b) {
+    if (!a || a.nodeType !== b.nodeType) return false;
+    if (a.nodeType === Node.TEXT_NODE) return true;
+    if (a.nodeType !== Node.ELEMENT_NODE || a.tagName !== b.tagName) return false;
+    if (a.getAttribute('data-replace') !== b.getAttribute('data-replace')) return false;
+    if (a.dataset.emoji !== b.dataset.emoji) return false;
+    return (a.classList[0] || '') === (b.classList[0] || '');
+  }
+
   function renderMessages(scroll = {}) {
     const c = openConv();
     const w = openWindow();
@@ -1550,6 +1608,7 @@
         key: `s${s}`, sig: [m.kind, m.body, m.editedAt, reactionsSig(m), status && status.sig, status && status.title, quote && quote.sig,
           m.kind === 'system' ? systemText(c, m) : nameOf(m.senderId)].join('|'),
         build: () => messageItem(c, m, status, quote),
+        update: (e) => morph(e, messageItem(c, m, status, quote)),
       });
     }
     if (!w.hasAfter) {
@@ -1557,7 +1616,8 @@
         if (p.convId !== c.id) continue;
         startDay(p.createdAt);
         const quote = p.replyTo ? quoteOf(w, p.replyTo) : null;
-        items.push({ key: `p${p.clientMsgId}`, sig: `${p.state}|${p.error || ''}|${quote ? quote.sig : ''}`, build: () => pendingItem(c, p, quote) });
+        items.push({ key: `p${p.clientMsgId}`, sig: `${p.state}|${p.error || ''}|${quote ? quote.sig : ''}`, build: () => pendingItem(c, p, quote),
+          update: (e) => morph(e, pendingItem(c, p, quote)) });
       }
     }
     reconcile(ui.list, items);
@@ -1718,8 +1778,10 @@
     const preview = previewOf(text);
     if (preview === null) return h('p', { class: 'body', dir: 'auto' }, linkify(text));
     const key = `${convId}:${m.seq}`;
-    const body = h('p', { class: 'body', dir: 'auto', id: `body-${m.seq}` });
-    const toggle = h('button', { type: 'button', class: 'show-more link', 'aria-controls': body.id });
+    // The toggle's listener holds this text: an edit brings a new body and toggle, not a morph.
+    const mark = `${text.length}:${hashText(text)}`;
+    const body = h('p', { class: 'body', dir: 'auto', id: `body-${m.seq}`, 'data-replace': mark });
+    const toggle = h('button', { type: 'button', class: 'show-more link', 'aria-controls': body.id, 'data-replace': mark });
     const show = (expanded) => {
       body.replaceChildren(linkify(expanded ? text : preview));
       toggle.textContent = expanded ? 'Show less' : 'Show more';
@@ -1734,6 +1796,13 @@
     const frag = document.createDocumentFragment();
     frag.append(body, toggle);
     return frag;
+  }
+
+  // hashText is a 32-bit FNV-1a hash of a text, to tell two texts apart without keeping either.
+  function hashText(text) {
+    let x = 0x811c9dc5;
+    for (let i = 0; i < text.length; i++) x = Math.imul(x ^ text.charCodeAt(i), 0x01000193);
+    return (x >>> 0).toString(36);
   }
 
   // linkify turns the http and https addresses in a text into links, built as DOM nodes (never
