@@ -36,8 +36,8 @@ func TestSendDeliversOncePerDevice(t *testing.T) {
 		if m.Seq != int64(i) || m.SenderID != "alice" || m.ConversationID != group || m.Kind != protocol.KindText {
 			t.Fatalf("send %d acked with %+v, want seq %d from alice", i, m, i)
 		}
-		if cur, ok := ts.reads.pendingOf("alice", group); !ok || cur.ReadSeq != int64(i) {
-			t.Fatalf("after send %d alice's pending cursor is %+v (pending %v), want readSeq %d", i, cur, ok, i)
+		if cur, ok := ts.reads.pendingOf("alice", group); ok {
+			t.Fatalf("after send %d alice has a pending cursor move %+v; her position is stored with the message", i, cur)
 		}
 	}
 

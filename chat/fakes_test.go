@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -74,6 +75,7 @@ func newFakeStore() *fakeStore {
 func cloneConv(c storage.Conversation) storage.Conversation {
 	c.Members = slices.Clone(c.Members)
 	c.DeletedSeqs = slices.Clone(c.DeletedSeqs)
+	c.Senders = maps.Clone(c.Senders)
 	return c
 }
 
@@ -557,6 +559,12 @@ func (f *fakeStore) appendMessage(req sequencer.SendRequest) (storage.Message, e
 	}
 	c := f.convs[req.ConversationID]
 	c.LastSeq++
+	if req.Kind != storage.KindSystem { // the owner stores the sender's position with the batch
+		if c.Senders == nil {
+			c.Senders = make(map[string]int64)
+		}
+		c.Senders[req.SenderID] = c.LastSeq
+	}
 	f.convs[req.ConversationID] = c
 	m := storage.Message{ConversationID: c.ID, Seq: c.LastSeq, SenderID: req.SenderID, Kind: req.Kind,
 		Body: req.Body, CreatedAt: time.Now().UTC().Truncate(time.Millisecond), ClientMsgID: req.ClientMsgID,

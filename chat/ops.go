@@ -36,7 +36,7 @@ type SendRequest struct {
 }
 
 // Send sequences and persists a message of userID and returns it with its seq, once stored. The
-// sender's read position moves to it. A DM with a block between its members refuses it (see
+// sender's read position moves to it (stored by the owner with the message). A DM with a block between its members refuses it (see
 // blocks.go).
 func (s *Service) Send(ctx context.Context, userID string, req SendRequest) (protocol.Message, error) {
 	start := time.Now()
@@ -75,9 +75,9 @@ func (s *Service) send(ctx context.Context, userID string, req SendRequest) (pro
 	case err != nil:
 		return protocol.Message{}, fmt.Errorf("send to %s: %w", req.ConversationID, err)
 	}
-	s.reads.Advance(storage.Cursor{UserID: userID, ConversationID: m.ConversationID, ReadSeq: m.Seq,
-		Hidden: s.hidesReceipts(userID), UpdatedAt: now()})
-	s.ownMessage(userID, m.ConversationID, m.Seq) // at once, not only when the push arrives
+	// The owner stored the sender's read position with the message (Conversation.Senders): no
+	// cursor write. Here it moves at once, not only when the push arrives.
+	s.ownMessage(userID, m.ConversationID, m.Seq)
 	return m, nil
 }
 
@@ -178,7 +178,7 @@ func (s *Service) listConversations(ctx context.Context, userID string, syncing 
 		p, err := s.positionOf(userID, c.ID)
 		if err != nil { // not live here: the stored position
 			cur := cursors[c.ID]
-			p = position{readSeq: cur.ReadSeq, hiddenSeq: cur.HiddenSeq}
+			p = position{readSeq: c.ReadSeq(userID, cur), hiddenSeq: cur.HiddenSeq}
 		} else {
 			// Live here: mend what this node may have missed of the deletions, for its badges.
 			s.learnDeleted(c.ID, c.DeletedSeqs)
@@ -366,7 +366,7 @@ func (s *Service) Read(ctx context.Context, userID, convID string, seq int64) er
 		if cerr != nil {
 			return cerr
 		}
-		p = position{kind: conv.Kind, members: len(conv.Members), readSeq: cursors[convID].ReadSeq}
+		p = position{kind: conv.Kind, members: len(conv.Members), readSeq: conv.ReadSeq(userID, cursors[convID])}
 		hidden, last = user.HideReceipts, conv.LastSeq
 	}
 	seq = min(seq, last)
@@ -504,7 +504,7 @@ func (s *Service) Badge(ctx context.Context, userID string) (int64, error) {
 	}
 	var total int64
 	for _, c := range convs {
-		total += unread(c.LastSeq, cursors[c.ID].ReadSeq, c.DeletedSeqs)
+		total += unread(c.LastSeq, c.ReadSeq(userID, cursors[c.ID]), c.DeletedSeqs)
 	}
 	return total, nil
 }

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/sequencer"
 )
 
 // TestReadMovesEveryDeviceOnce: one read gives each of the reader's connections, the one that
@@ -260,6 +263,18 @@ func TestOpenAndClose(t *testing.T) {
 		ts.send("alice", dm, "m")
 	}
 	ts.send("alice", other, "m")
+	if err := ts.svc.Read(ts.ctx, "carol", other, 1); err != nil { // carol, over HTTP: pending
+		t.Fatal(err)
+	}
+	third := ts.dm("alice", "dave")
+	// dave sends from another node: through the owner, with no connection here.
+	if _, err := ts.sender.Send(ts.ctx, sequencer.SendRequest{ConversationID: third, SenderID: "dave",
+		ClientMsgID: uuid.NewString(), Kind: protocol.KindText, Body: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.svc.Read(ts.ctx, "alice", third, 1); err != nil { // a pending move of alice's
+		t.Fatal(err)
+	}
 
 	// Bob reads over HTTP (not connected); the move is pending, not in the store.
 	if err := ts.svc.Read(ts.ctx, "bob", dm, 4); err != nil {
@@ -282,9 +297,6 @@ func TestOpenAndClose(t *testing.T) {
 	}
 
 	// Receipts write the conversation's pending moves first, and only those.
-	if err := ts.svc.Read(ts.ctx, "carol", other, 1); err != nil { // carol, over HTTP
-		t.Fatal(err)
-	}
 	r, err := ts.svc.Receipts(ts.ctx, "alice", dm, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +329,7 @@ func TestOpenAndClose(t *testing.T) {
 	if _, ok := ts.reads.pendingOf("carol", other); !ok {
 		t.Errorf("bob's close wrote carol's cursor")
 	}
-	if _, ok := ts.reads.pendingOf("alice", other); !ok {
+	if _, ok := ts.reads.pendingOf("alice", third); !ok {
 		t.Errorf("bob's close wrote alice's cursor")
 	}
 
@@ -337,7 +349,7 @@ func TestOpenAndClose(t *testing.T) {
 	if len(users) != 1001 {
 		t.Errorf("%d flushes for 1000 closes of carol's only connection", len(users)-1)
 	}
-	if cur, ok := ts.reads.pendingOf("alice", other); !ok || cur.ReadSeq != 1 {
+	if cur, ok := ts.reads.pendingOf("alice", third); !ok || cur.ReadSeq != 1 {
 		t.Errorf("alice's pending cursor after carol's closes: %+v, %v", cur, ok)
 	}
 	if ts.svc.Connections() != 1 {
@@ -346,7 +358,8 @@ func TestOpenAndClose(t *testing.T) {
 }
 
 // TestBadgeReadsThroughPending: the badge of a user acting from elsewhere counts from the store
-// with their pending moves on top: a sender's own sends, pending, are not unread to them.
+// with their pending moves on top, and a sender's own sends are not unread to them though their
+// cursor never moved (the owner stores their position with the message).
 func TestBadgeReadsThroughPending(t *testing.T) {
 	ts := newTestService(t)
 	ts.connect("alice")
@@ -357,7 +370,7 @@ func TestBadgeReadsThroughPending(t *testing.T) {
 	}
 	ts.send("alice", group, "m")
 	if got := ts.store.cursor("alice", dm).ReadSeq; got != 0 {
-		t.Fatalf("alice's sends reached the store's cursor (%d); this test needs them pending", got)
+		t.Fatalf("alice's sends moved her stored cursor (%d); they should cost no cursor write", got)
 	}
 	for _, tc := range []struct {
 		user string

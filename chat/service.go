@@ -325,8 +325,9 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 			continue
 		}
 		cur := cursors[conv.ID]
+		read := conv.ReadSeq(uid, cur)
 		u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
-			readSeq: min(cur.ReadSeq, conv.LastSeq), deliveredSeq: min(max(cur.DeliveredSeq, cur.ReadSeq), conv.LastSeq),
+			readSeq: min(read, conv.LastSeq), deliveredSeq: min(max(cur.DeliveredSeq, read), conv.LastSeq),
 			hiddenSeq: cur.HiddenSeq, peer: dmPeer(conv.Kind, conv.Members, uid)}
 		s.engine.Join(uid, conv.ID, conv.LastSeq)
 		s.learnDeleted(conv.ID, conv.DeletedSeqs) // after the join, so no forget undoes it

@@ -150,12 +150,14 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 		`chatd_sends_acked_total`:                         acked,
 		`chatd_sends_failed_total{code="not_member"}`:     1,
 		`chatd_send_ack_seconds_count`:                    acked,
-		`chatd_sequencer_acks_total`:                      acked,
 		`chatd_history_pages_total`:                       1,
 		`chatd_history_page_seconds_count`:                1,
-		// carol's read, and bob's own position moved by each of his acked sends.
-		`chatd_read_cursor_moves_total`: acked + 1,
+		// carol's read; a send moves no cursor (the owner stores the sender's position).
+		`chatd_read_cursor_moves_total`: 1,
 	}
+	// The owner acks every attempt it answers: a send whose first attempt timed out on a busy
+	// machine and was retried is acked twice (the second from its memory of recent sends).
+	atLeast := map[string]float64{`chatd_sequencer_acks_total`: acked}
 	var after metricsSample
 	var text []byte
 	testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
@@ -164,6 +166,11 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 		for series, delta := range want {
 			if got := after[series] - before[series]; got != delta {
 				wrong = append(wrong, fmt.Sprintf("%s moved by %v, want %v", series, got, delta))
+			}
+		}
+		for series, delta := range atLeast {
+			if got := after[series] - before[series]; got < delta {
+				wrong = append(wrong, fmt.Sprintf("%s moved by %v, want at least %v", series, got, delta))
 			}
 		}
 		// The gauge comes down when the cut session has finished, a moment after it is counted.

@@ -401,6 +401,7 @@ const (
 	changeLost                      // another node claimed it
 	changeTake                      // claim a free partition, or one of a dead owner
 	changeReclaim                   // the claim vanished (buckets recreated): claim again
+	changeDrop                      // a claim of this node's that it does not hold: delete it
 )
 
 // tick heartbeats, then compares what this node holds with what the live set assigns it and
@@ -420,6 +421,8 @@ func (l *Leases) tick() {
 			l.lose(c)
 		case changeTake, changeReclaim:
 			l.take(ctx, c)
+		case changeDrop:
+			l.deleteClaim(ctx, c.partition, c.from.revision)
 		}
 	}
 }
@@ -507,6 +510,14 @@ func (l *Leases) decide() []change {
 			changes = append(changes, change{partition: p, kind: changeRelease, from: c})
 		}
 	}
+	for p, c := range l.view.claims {
+		// A claim of this node's that it neither holds nor is assigned: a release whose delete
+		// failed (the KV was slow), or one left by an earlier run. Its assignee waits for it to
+		// go while this node lives, so delete it again, at every tick until it is gone.
+		if _, held := l.held[p]; !held && c.owner == l.cfg.NodeID && !mine[p] {
+			changes = append(changes, change{partition: p, kind: changeDrop, from: c})
+		}
+	}
 	for p := range mine {
 		if _, ok := l.held[p]; ok {
 			continue
@@ -592,15 +603,23 @@ func (l *Leases) release(ctx context.Context, p int) {
 	l.mu.Lock()
 	held := l.held[p]
 	delete(l.held, p)
-	parts := l.parts
 	l.mu.Unlock()
 	l.seq.Release(p)
 	l.seq.metrics.handover(handoverReleased)
 	l.handovers.event(&l.log, zerolog.InfoLevel).Int("partition", p).Msg("released partition lease")
+	l.deleteClaim(ctx, p, held.revision)
+}
+
+// deleteClaim deletes this node's claim of partition p, if it is still at revision rev, so the
+// partition's assignee can take it. A failure is retried by the next tick (changeDrop).
+func (l *Leases) deleteClaim(ctx context.Context, p int, rev uint64) {
+	l.mu.Lock()
+	parts := l.parts
+	l.mu.Unlock()
 	opCtx, cancel := context.WithTimeout(ctx, leaseOpTimeout)
 	defer cancel()
-	if err := parts.Delete(opCtx, partitionKey(p), jetstream.LastRevision(held.revision)); err != nil {
-		l.log.Warn().Err(err).Int("partition", p).Msg("delete claim; the next owner takes it over when this node is gone")
+	if err := parts.Delete(opCtx, partitionKey(p), jetstream.LastRevision(rev)); err != nil {
+		l.log.Warn().Err(err).Int("partition", p).Msg("delete claim; the next tick tries again")
 	}
 }
 

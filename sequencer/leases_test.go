@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/sequencer"
@@ -197,4 +198,51 @@ func TestOwnershipMovesWithoutGapsOrDuplicates(t *testing.T) {
 	if total == 0 {
 		t.Fatal(errors.New("no message was acked"))
 	}
+}
+
+// TestAStrayClaimIsDeletedByItsNode: a claim naming a live node that neither holds nor is
+// assigned the partition (its release's delete failed on a slow KV, or an earlier run left it)
+// is deleted by that node, so the assignee owns the partition again within a few ticks. Before,
+// the assignee waited for the named node to hand it over, and it never did while it lived: the
+// partition had no owner.
+func TestAStrayClaimIsDeletedByItsNode(t *testing.T) {
+	cluster := testenv.NATSCluster(t, 3)
+	store := testenv.Store(t)
+	members := []*member{
+		startMember(t, "a", cluster[0].ClientURL(), store),
+		startMember(t, "b", cluster[1].ClientURL(), store),
+	}
+	testenv.CheckFor(t, 20*time.Second, 50*time.Millisecond, ownedExactlyOnce(members))
+	p := members[1].seq.Owned()[0]
+
+	js, err := jetstream.New(members[0].nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	claims, err := js.KeyValue(ctx, "chat-partitions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := fmt.Sprintf("p%d", p)
+	entry, err := claims.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claims.Update(ctx, key, []byte("a"), entry.Revision()); err != nil { // b's claim now names a
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if slices.Contains(members[1].seq.Owned(), p) {
+			return fmt.Errorf("b still owns partition %d, claimed by a now", p)
+		}
+		return nil
+	})
+	testenv.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if !slices.Contains(members[1].seq.Owned(), p) {
+			return fmt.Errorf("b does not own partition %d again", p)
+		}
+		return ownedExactlyOnce(members)()
+	})
 }

@@ -498,7 +498,7 @@ func (p *partition) fail(entries []*entry, reason string) {
 }
 
 // advanceCounters raises conversations.lastSeq and lastVersion for every conversation the batch
-// touched, and moves their previews to the newest message (or to the new text of the newest
+// touched, and each sender's newest seq (their read position), and moves their previews to the newest message (or to the new text of the newest
 // message, edited or deleted); changes are written after it, so lastVersion is never below a
 // stored version. If it fails nothing is acked: the stored messages stay remembered, so the retry
 // acks the same seq, and the changes are not written at all: it reports false.
@@ -511,9 +511,18 @@ func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs 
 		}
 		n := counters[e.req.ConversationID]
 		n.LastSeq, n.LastVersion = c.lastSeq, c.lastVersion
-		if e.stored != nil && e.req.Op == "" && (n.Newest == nil || e.stored.Seq > n.Newest.Seq) {
-			preview := previewOf(*e.stored) // new, or as stored before for a retry
-			n.Newest = &preview
+		if m := e.stored; m != nil && e.req.Op == "" { // a message, new or found again for a retry
+			if n.Newest == nil || m.Seq > n.Newest.Seq {
+				preview := previewOf(*m)
+				n.Newest = &preview
+			}
+			if m.Kind != protocol.KindSystem {
+				// The sender has read up to their own message: stored here, not as a cursor write.
+				if n.Senders == nil {
+					n.Senders = make(map[string]int64)
+				}
+				n.Senders[m.SenderID] = max(n.Senders[m.SenderID], m.Seq)
+			}
 		}
 		counters[e.req.ConversationID] = n
 	}

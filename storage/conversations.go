@@ -37,9 +37,19 @@ type Conversation struct {
 	// unread counts leave them out without a query over messages. A conversation stored before
 	// the field existed has none: its older tombstones (DeletedCount minus len(DeletedSeqs)) are
 	// not known by seq and count as unread.
-	DeletedSeqs []int64   `bson:"deletedSeqs,omitempty"`
-	CreatedBy   string    `bson:"createdBy"`
-	CreatedAt   time.Time `bson:"createdAt"`
+	DeletedSeqs []int64 `bson:"deletedSeqs,omitempty"`
+	// Senders maps each member who has sent a message to the seq of their newest one: a member
+	// has read everything up to it. The owner raises it in the same statement as lastSeq, so a
+	// send costs no read-cursor write (see ReadSeq).
+	Senders   map[string]int64 `bson:"senders,omitempty"`
+	CreatedBy string           `bson:"createdBy"`
+	CreatedAt time.Time        `bson:"createdAt"`
+}
+
+// ReadSeq is userID's read position in c, given their read cursor (the zero Cursor for none): the
+// cursor's, or their own newest message if that is further.
+func (c Conversation) ReadSeq(userID string, cur Cursor) int64 {
+	return max(cur.ReadSeq, c.Senders[userID])
 }
 
 // IsMember reports whether userID is in the conversation.
@@ -109,10 +119,13 @@ type Counters struct {
 	LastSeq, LastVersion int64
 	Newest               *MessagePreview
 	Changed              []MessagePreview
+	// Senders are the members who sent in the batch, each with the seq of their newest message.
+	Senders map[string]int64
 }
 
-// AdvanceCounters raises each conversation's lastSeq and lastVersion to at least the given
-// values and moves its preview forward, in one bulk write. A zero counter is left as it is, and
+// AdvanceCounters raises each conversation's lastSeq and lastVersion, and each sender's newest
+// seq (Conversation.Senders), to at least the given values and moves its preview forward, in one
+// bulk write. A zero counter is left as it is, and
 // a preview never replaces that of a newer message.
 func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counters) (err error) {
 	defer s.metrics.observe(opAdvanceCounters, time.Now(), &err)
@@ -129,6 +142,9 @@ func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counter
 			// Documents compare field by field in order, seq first: $max keeps the newer message's
 			// preview, in the same statement (a filter beyond _id would cost FerretDB a scan).
 			raise = append(raise, bson.E{Key: "lastMessage", Value: *p})
+		}
+		for sender, seq := range c.Senders { // user ids have no '.' or '$': safe as field names
+			raise = append(raise, bson.E{Key: "senders." + sender, Value: seq})
 		}
 		models = append(models, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: id}}).

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -91,20 +92,65 @@ func (s *Store) CursorsOf(ctx context.Context, userID string) (_ []Cursor, err e
 	return out, nil
 }
 
-// readersFilter matches the visible cursors of a conversation at or past seq, other than the sender's.
-func readersFilter(conversationID string, seq int64, senderID string) bson.D {
-	return bson.D{
-		{Key: "conversationId", Value: conversationID},
-		{Key: "readSeq", Value: bson.D{{Key: "$gte", Value: seq}}},
-		{Key: "userId", Value: bson.D{{Key: "$ne", Value: senderID}}},
-		{Key: "hidden", Value: bson.D{{Key: "$ne", Value: true}}},
+// Receipts count a member's own sends as reads (Conversation.ReadSeq): a member whose cursor is
+// behind seq has read it if they have sent a message at or after it. So each receipt query first
+// reads the conversation's senders, then matches cursors by position or by name.
+
+// sendersFrom returns the members other than senderID whose newest message in the conversation
+// is at or past seq, with those seqs.
+func (s *Store) sendersFrom(ctx context.Context, conversationID string, seq int64, senderID string) (map[string]int64, error) {
+	var conv Conversation
+	err := s.conversations.FindOne(ctx, bson.D{{Key: "_id", Value: conversationID}},
+		options.FindOne().SetProjection(bson.D{{Key: "senders", Value: 1}})).Decode(&conv)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read senders of %s: %w", conversationID, err)
+	}
+	out := make(map[string]int64)
+	for u, sent := range conv.Senders {
+		if sent >= seq && u != senderID {
+			out[u] = sent
+		}
+	}
+	return out, nil
+}
+
+// receiptFilter matches the cursors of the conversation's members other than senderID with any
+// of positions at or past seq, or whose user is in senders. visibleOnly leaves out the users who
+// hide their receipts.
+func receiptFilter(conversationID string, seq int64, senderID string, senders map[string]int64, visibleOnly bool, positions ...string) bson.D {
+	var either bson.A
+	for _, field := range positions {
+		either = append(either, bson.D{{Key: field, Value: bson.D{{Key: "$gte", Value: seq}}}})
+	}
+	if len(senders) > 0 {
+		names := make([]string, 0, len(senders))
+		for u := range senders {
+			names = append(names, u)
+		}
+		either = append(either, bson.D{{Key: "userId", Value: bson.D{{Key: "$in", Value: names}}}})
+	}
+	filter := bson.D{
+		{Key: "conversationId", Value: conversationID},
+		{Key: "userId", Value: bson.D{{Key: "$ne", Value: senderID}}},
+		{Key: "$or", Value: either},
+	}
+	if visibleOnly {
+		filter = append(filter, bson.E{Key: "hidden", Value: bson.D{{Key: "$ne", Value: true}}})
+	}
+	return filter
 }
 
 // CountReaders counts the members other than senderID who have read seq, without listing them.
 func (s *Store) CountReaders(ctx context.Context, conversationID string, seq int64, senderID string) (_ int64, err error) {
 	defer s.metrics.observe(opCountReaders, time.Now(), &err)
-	n, err := s.cursors.CountDocuments(ctx, readersFilter(conversationID, seq, senderID))
+	senders, err := s.sendersFrom(ctx, conversationID, seq, senderID)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.cursors.CountDocuments(ctx, receiptFilter(conversationID, seq, senderID, senders, true, "readSeq"))
 	if err != nil {
 		return 0, fmt.Errorf("count readers of %s/%d: %w", conversationID, seq, err)
 	}
@@ -116,29 +162,36 @@ func (s *Store) CountReaders(ctx context.Context, conversationID string, seq int
 // people know: a sender may always see that a message arrived.
 func (s *Store) CountDelivered(ctx context.Context, conversationID string, seq int64, senderID string) (_ int64, err error) {
 	defer s.metrics.observe(opCountDelivered, time.Now(), &err)
-	atLeast := bson.D{{Key: "$gte", Value: seq}}
-	n, err := s.cursors.CountDocuments(ctx, bson.D{
-		{Key: "conversationId", Value: conversationID},
-		{Key: "userId", Value: bson.D{{Key: "$ne", Value: senderID}}},
-		// Cursors written before deliveredSeq existed have only readSeq.
-		{Key: "$or", Value: bson.A{bson.D{{Key: "deliveredSeq", Value: atLeast}}, bson.D{{Key: "readSeq", Value: atLeast}}}},
-	})
+	senders, err := s.sendersFrom(ctx, conversationID, seq, senderID)
+	if err != nil {
+		return 0, err
+	}
+	// Cursors written before deliveredSeq existed have only readSeq.
+	n, err := s.cursors.CountDocuments(ctx, receiptFilter(conversationID, seq, senderID, senders, false, "deliveredSeq", "readSeq"))
 	if err != nil {
 		return 0, fmt.Errorf("count deliveries of %s/%d: %w", conversationID, seq, err)
 	}
 	return n, nil
 }
 
-// Readers lists up to limit members other than senderID who have read seq.
+// Readers lists up to limit members other than senderID who have read seq, each with their read
+// position (Conversation.ReadSeq).
 func (s *Store) Readers(ctx context.Context, conversationID string, seq int64, senderID string, limit int64) (_ []Cursor, err error) {
 	defer s.metrics.observe(opReaders, time.Now(), &err)
-	cur, err := s.cursors.Find(ctx, readersFilter(conversationID, seq, senderID), options.Find().SetLimit(limit))
+	senders, err := s.sendersFrom(ctx, conversationID, seq, senderID)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := s.cursors.Find(ctx, receiptFilter(conversationID, seq, senderID, senders, true, "readSeq"), options.Find().SetLimit(limit))
 	if err != nil {
 		return nil, fmt.Errorf("find readers of %s/%d: %w", conversationID, seq, err)
 	}
 	var out []Cursor
 	if err := cur.All(ctx, &out); err != nil {
 		return nil, fmt.Errorf("read readers of %s/%d: %w", conversationID, seq, err)
+	}
+	for i := range out {
+		out[i].ReadSeq = max(out[i].ReadSeq, senders[out[i].UserID])
 	}
 	return out, nil
 }

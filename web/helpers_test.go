@@ -289,9 +289,10 @@ func (p *page) clickConversation(title string) {
 	p.waitFor("conversation "+title+" to open", fmt.Sprintf(`document.getElementById('conv-title').textContent === %q`, title))
 }
 
-// convButton selects a conversation's list entry by its title.
+// convButton selects a conversation's list entry by its title: its label is the title, a comma,
+// then what else the entry shows.
 func convButton(title string) string {
-	return fmt.Sprintf(`button.conv[aria-label^=%q]`, title)
+	return fmt.Sprintf(`button.conv[aria-label^=%q]`, title+", ")
 }
 
 // typeMessage types into the composer; with enter it sends.

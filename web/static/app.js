@@ -984,7 +984,7 @@
     }
     ui.dmResults.replaceChildren(...find.users.map((u, i) => h('li', {
       role: 'option', id: `dm-option-${i}`, class: 'person', 'data-user': u.userId, 'aria-selected': String(i === find.active),
-    }, h('span', { class: 'avatar', 'aria-hidden': 'true' }, initial(u.name || u.userId)),
+    }, h('span', { class: 'avatar', 'aria-hidden': 'true', 'data-initial': initial(u.name || u.userId) }),
     h('span', { class: 'person-name', dir: 'auto' }, u.name || u.userId),
     h('span', { class: 'person-id muted small' }, u.userId))));
     if (find.active >= 0) {
@@ -1103,25 +1103,30 @@
   // hover and a click in progress survive a badge change.
   function fillConvItem(li, c, muted) {
     const title = convTitle(c);
+    const typing = typers(c).length > 0;
+    const sub = typing ? 'typing…' : previewText(c) || (c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message');
+    const time = c.last ? listTime(c.last.createdAt) : '';
+    const badge = c.unread > 999 ? '999+' : String(c.unread);
     const button = li.firstElementChild;
-    button.setAttribute('aria-label', c.unread > 0 ? `${title}, ${c.unread} unread` : title);
+    // The name holds the words the entry shows, in their order (WCAG 2.5.3, label in name): the
+    // name, the newest message's time, the preview and the unread count; the spaces between the
+    // parts keep those words apart in the visible text too. "muted" is said, not shown as a word.
+    button.setAttribute('aria-label', [title, time, sub, muted ? 'muted' : '', c.unread > 0 ? `${badge} unread` : ''].filter(Boolean).join(', '));
     if (c.id === state.openId) button.setAttribute('aria-current', 'true');
     else button.removeAttribute('aria-current');
-    // The name and unread count are the button's name; the preview line describes it.
-    const subId = `conv-sub-${c.id}`;
-    button.setAttribute('aria-describedby', subId);
-    const preview = previewText(c);
     button.replaceChildren(
-      h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true' }, initial(title)),
+      // The initial and the muted mark are drawn by CSS (attr(data-initial), ::before): as text
+      // they would count as part of the button's visible label, which then would not match its name.
+      h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true', 'data-initial': initial(title) }),
       h('span', { class: 'conv-text' },
         h('span', { class: 'conv-line' },
           h('span', { class: 'conv-name', dir: 'auto' }, title),
-          muted ? h('span', { class: 'conv-muted', title: 'Notifications muted', 'aria-hidden': 'true' }, '🔕') : null,
-          c.last ? h('time', { class: 'conv-time muted', datetime: c.last.createdAt }, listTime(c.last.createdAt)) : null),
+          muted ? h('span', { class: 'conv-muted', title: 'Notifications muted', 'aria-hidden': 'true' }) : null,
+          ...(time ? [' ', h('time', { class: 'conv-time muted', datetime: c.last.createdAt }, time)] : [])),
+        ' ',
         h('span', { class: 'conv-line' },
-          h('span', { class: `conv-sub muted${c.last && !typers(c).length ? ' preview' : ''}`, id: subId, dir: 'auto' }, typers(c).length ? 'typing…'
-            : preview || (c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message')),
-          c.unread > 0 ? h('span', { class: 'badge', 'aria-hidden': 'true' }, c.unread > 999 ? '999+' : String(c.unread)) : null)));
+          h('span', { class: `conv-sub muted${c.last && !typing ? ' preview' : ''}`, dir: 'auto' }, sub),
+          ...(c.unread > 0 ? [' ', h('span', { class: 'badge', 'aria-hidden': 'true' }, badge)] : []))));
   }
 
   // previewText is a list entry's second line: "<sender>: <text>" of the newest message ("You"
@@ -1760,13 +1765,14 @@
     return d.toLocaleDateString([], { weekday: 'short', day: 'numeric', month: 'long', year: sameYear ? undefined : 'numeric' });
   }
 
-  // dateItem is a day's separator: a list item with no seq and no state, so not a message.
+  // dateItem is a day's separator: a list item with no seq and no state, so not a message. It
+  // stays a list item (a list holds only those), which reads its day.
   function dateItem(key, label) {
-    return h('li', { class: 'day', role: 'separator', 'aria-label': label, 'data-day': key }, h('span', {}, label));
+    return h('li', { class: 'day', 'data-day': key }, h('span', {}, label));
   }
 
   function dividerItem() {
-    return h('li', { class: 'divider', role: 'separator', 'aria-label': 'New messages' }, h('span', {}, 'New messages'));
+    return h('li', { class: 'divider' }, h('span', {}, 'New messages'));
   }
 
   // bodyOf is a message's text, laid out in the direction of its own script (dir="auto": Hebrew
@@ -2832,7 +2838,7 @@
         key: u,
         sig: [u === me(), presence, creator, canRemove, nameOf(u)].join('|'),
         build: () => h('li', { class: 'member', 'data-user': u },
-          h('span', { class: 'avatar', 'aria-hidden': 'true' }, initial(nameOf(u))),
+          h('span', { class: 'avatar', 'aria-hidden': 'true', 'data-initial': initial(nameOf(u)) }),
           h('span', { class: 'member-text' },
             h('span', { class: 'member-name', dir: 'auto' }, u === me() ? `${nameOf(u)} (you)` : nameOf(u)),
             creator || presence ? h('span', { class: 'member-presence muted small', 'data-presence': presence },

@@ -1,0 +1,111 @@
+package node_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/testenv"
+)
+
+// TestSendsCostTwoStoreWritesPerBatch: twenty members sending at once into one group cost the
+// store, per batch of sends, one insert of the messages and one update of the conversation, and
+// no read-cursor write at all (the senders' read positions ride in the conversation's update);
+// yet each sender has read up to their own newest message, as their badge, computed from the
+// store, shows.
+func TestSendsCostTwoStoreWritesPerBatch(t *testing.T) {
+	const senders, each = 20, 5
+	storeCfg := testenv.StoreConfig(t)
+	store := testenv.OpenStore(t, storeCfg)
+	env := testenv.Env{NATSURL: testenv.NATS(t), MongoURI: storeCfg.URI, Database: storeCfg.Database}
+	rec := &testenv.CommandRecorder{}
+	cfg := env.NodeConfig()
+	cfg.Sequencer.Partitions = rtPartitions
+	cfg.StoreMonitor = rec.Monitor()
+	n := testenv.StartNode(t, cfg)
+	ctx := ctxT(t, 2*time.Minute)
+
+	ids := make([]string, senders)
+	tokens := make(map[string]string)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("sender-%02d", i)
+		tokens[ids[i]] = login(t, n, ids[i])
+	}
+	group := storage.Conversation{ID: "busy-group", Kind: storage.KindGroup, Name: "busy", Members: ids,
+		CreatedBy: ids[0], CreatedAt: time.Now().UTC()}
+	if _, err := store.EnsureConversation(ctx, group); err != nil {
+		t.Fatalf("store the group: %v", err)
+	}
+	conns := make(map[string]*client.Conn)
+	for _, id := range ids {
+		conns[id] = dialWith(t, n, tokens[id], nil)
+	}
+
+	rec.Reset()
+	var wg sync.WaitGroup
+	lastOwn := make(map[string]int64)
+	var mu sync.Mutex
+	for _, id := range ids {
+		wg.Go(func() {
+			for i := range each {
+				ack, err := conns[id].Send(ctx, group.ID, fmt.Sprintf("%s #%d", id, i))
+				if err != nil {
+					t.Errorf("%s: send %d: %v", id, i, err)
+					return
+				}
+				mu.Lock()
+				lastOwn[id] = max(lastOwn[id], ack.Seq)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	// Receipts write the conversation's pending read-cursor moves before they count: any cursor
+	// move the sends had left pending is written now, and recorded.
+	if _, err := conns[ids[0]].Request(ctx, protocol.ClientFrame{Type: protocol.TypeReceipts, ConversationID: group.ID, Seq: 1}); err != nil {
+		t.Fatalf("receipts: %v", err)
+	}
+	writes := map[string]int{}
+	for _, c := range rec.Commands("", "") {
+		switch c.Name {
+		case "insert", "update", "delete", "findAndModify":
+			writes[c.Name+" "+c.Collection]++
+		}
+	}
+	inserts, updates := writes["insert messages"], writes["update conversations"]
+	t.Logf("%d sends from %d senders: %d batches (inserts), store writes %v", senders*each, senders, inserts, writes)
+	if writes["update readCursors"] > 0 || writes["insert readCursors"] > 0 {
+		t.Errorf("the sends wrote read cursors (%v); want none: a sender's position is stored with the batch", writes)
+	}
+	if inserts == 0 || updates != inserts {
+		t.Errorf("%d message inserts and %d conversation updates; want one of each per batch", inserts, updates)
+	}
+
+	last := int64(senders * each)
+	for _, id := range ids {
+		var badge struct{ Total int64 }
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/api/badge", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tokens[id])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&badge)
+		_ = resp.Body.Close()
+		if err != nil {
+			t.Fatalf("badge of %s: %v", id, err)
+		}
+		if want := last - lastOwn[id]; badge.Total != want {
+			t.Errorf("%s, whose newest message is %d of %d, has %d unread; want %d", id, lastOwn[id], last, badge.Total, want)
+		}
+	}
+}
