@@ -29,38 +29,50 @@ const pushBuffer = 65536
 
 // Login signs in by display name on a dev-mode server and returns the token and user id.
 func Login(ctx context.Context, httpClient *http.Client, baseURL, name string) (token, userID string, err error) {
+	a, err := SignIn(ctx, httpClient, baseURL, name)
+	return a.Token, a.UserID, err
+}
+
+// Account is what a dev-mode sign-in answers: a token, the user id it is for, and the user's
+// display name (the clean form of the name given, or the one kept from an earlier sign-in).
+type Account struct {
+	Token  string `json:"token"`
+	UserID string `json:"userId"`
+	Name   string `json:"name"`
+}
+
+// SignIn signs in by display name on a dev-mode server, as Login does, and returns the whole
+// answer.
+func SignIn(ctx context.Context, httpClient *http.Client, baseURL, name string) (Account, error) {
 	if httpClient == nil {
 		httpClient = http.DefaultClient
 	}
 	body, err := json.Marshal(map[string]string{"name": name})
 	if err != nil {
-		return "", "", fmt.Errorf("encode login: %w", err)
+		return Account{}, fmt.Errorf("encode login: %w", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(baseURL, "/")+"/api/login", bytes.NewReader(body))
 	if err != nil {
-		return "", "", fmt.Errorf("build login request: %w", err)
+		return Account{}, fmt.Errorf("build login request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		return "", "", fmt.Errorf("login as %s: %w", name, err)
+		return Account{}, fmt.Errorf("login as %s: %w", name, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return "", "", fmt.Errorf("read login response: %w", err)
+		return Account{}, fmt.Errorf("read login response: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", "", fmt.Errorf("login as %s: %s: %s", name, resp.Status, bytes.TrimSpace(data))
+		return Account{}, fmt.Errorf("login as %s: %s: %s", name, resp.Status, bytes.TrimSpace(data))
 	}
-	var out struct {
-		Token  string `json:"token"`
-		UserID string `json:"userId"`
+	var a Account
+	if err := json.Unmarshal(data, &a); err != nil {
+		return Account{}, fmt.Errorf("decode login response: %w", err)
 	}
-	if err := json.Unmarshal(data, &out); err != nil {
-		return "", "", fmt.Errorf("decode login response: %w", err)
-	}
-	return out.Token, out.UserID, nil
+	return a, nil
 }
 
 // Options tune a connection; nil means defaults.

@@ -25,24 +25,75 @@ func runLogin(ctx context.Context, c *cli, args []string) error {
 	}
 	ctx, cancel := c.requestContext(ctx)
 	defer cancel()
-	token, userID, err := client.Login(ctx, nil, httpURL(c.server), pos[0])
+	a, err := client.SignIn(ctx, nil, httpURL(c.server), pos[0])
 	if err != nil {
 		return err
 	}
-	path, err := c.saveToken(token)
+	path, err := c.saveToken(a.Token)
 	if err != nil {
 		return err
 	}
 	if c.json {
 		return c.printJSON(struct {
 			UserID    string `json:"userId"`
+			Name      string `json:"name"`
 			Token     string `json:"token"`
 			TokenFile string `json:"tokenFile"`
-		}{userID, token, path})
+		}{a.UserID, a.Name, a.Token, path})
 	}
-	fmt.Fprintln(c.stdout, token)
-	fmt.Fprintf(c.stderr, "signed in as %s; token saved to %s\n", userID, path)
+	fmt.Fprintln(c.stdout, a.Token)
+	c.names.remember(protocol.Profile{UserID: a.UserID, Name: a.Name})
+	fmt.Fprintf(c.stderr, "signed in as %s; token saved to %s\n", c.names.show(a.UserID), path)
 	return nil
+}
+
+func runName(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("name")
+	pos, err := c.parse(fs, args, 1, -1)
+	if err != nil {
+		return err
+	}
+	return c.withSession(ctx, func(ctx context.Context, s *session) error {
+		if _, err := s.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSetName, Name: strings.Join(pos, " ")}); err != nil {
+			return err
+		}
+		// The server keeps the name cleaned (white space made single): print what it kept.
+		users, err := fetchProfiles(ctx, s.conn, []string{s.userID})
+		if err != nil {
+			return fmt.Errorf("the name is set; %w", err)
+		}
+		if len(users) != 1 {
+			return fmt.Errorf("the name is set, but the server does not answer for %s", s.userID)
+		}
+		if c.json {
+			return c.printJSON(users[0])
+		}
+		fmt.Fprintln(c.stdout, users[0].Name)
+		return nil
+	})
+}
+
+func runFind(ctx context.Context, c *cli, args []string) error {
+	fs := c.flagSet("find")
+	pos, err := c.parse(fs, args, 1, -1)
+	if err != nil {
+		return err
+	}
+	return c.answer(ctx, protocol.ClientFrame{Type: protocol.TypeFindUsers, Query: strings.Join(pos, " ")},
+		func(r protocol.ServerFrame) any { return orEmpty(usersOf(r)) },
+		func(ctx context.Context, s *session, r protocol.ServerFrame) {
+			for _, p := range usersOf(r) {
+				fmt.Fprintf(c.stdout, "%s\t%s\n", p.UserID, p.Name)
+			}
+		})
+}
+
+// usersOf is the list a profiles reply carries.
+func usersOf(r protocol.ServerFrame) []protocol.Profile {
+	if r.Users == nil {
+		return nil
+	}
+	return *r.Users
 }
 
 func runDM(ctx context.Context, c *cli, args []string) error {
@@ -100,24 +151,31 @@ func runList(ctx context.Context, c *cli, args []string) error {
 		if c.json {
 			return c.printJSON(convs)
 		}
+		var untitled []string // the members that name conversations without a name
+		for _, conv := range convs {
+			if conv.Name == "" {
+				untitled = append(untitled, conv.Members...)
+			}
+		}
+		c.learnNames(ctx, s.conn, untitled...)
 		w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tKIND\tLAST SEQ\tUNREAD\tNAME")
 		for _, conv := range convs {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\n", conv.ID, conv.Kind, conv.LastSeq, conv.Unread, title(conv, s.userID))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\n", conv.ID, conv.Kind, conv.LastSeq, conv.Unread, c.title(conv, s.userID))
 		}
 		return w.Flush()
 	})
 }
 
 // title names a conversation for a person: a group's name, or the other members of a DM.
-func title(conv protocol.Conversation, me string) string {
+func (c *cli) title(conv protocol.Conversation, me string) string {
 	if conv.Name != "" {
 		return conv.Name
 	}
 	var others []string
 	for _, m := range conv.Members {
 		if m != me {
-			others = append(others, m)
+			others = append(others, c.names.show(m))
 		}
 	}
 	return strings.Join(others, ", ")
@@ -250,9 +308,18 @@ func runReactions(ctx context.Context, c *cli, args []string) error {
 	}
 	return c.answer(ctx, protocol.ClientFrame{Type: protocol.TypeReactions, ConversationID: pos[0], Seq: seq},
 		func(r protocol.ServerFrame) any { return orEmpty(r.Reactions) },
-		func(r protocol.ServerFrame) {
+		func(ctx context.Context, s *session, r protocol.ServerFrame) {
+			var ids []string
 			for _, re := range r.Reactions {
-				fmt.Fprintf(c.stdout, "%s %d %s\n", re.Emoji, re.Count, strings.Join(re.UserIDs, ", "))
+				ids = append(ids, re.UserIDs...)
+			}
+			c.learnNames(ctx, s.conn, ids...)
+			for _, re := range r.Reactions {
+				who := make([]string, len(re.UserIDs))
+				for i, id := range re.UserIDs {
+					who[i] = c.names.show(id)
+				}
+				fmt.Fprintf(c.stdout, "%s %d %s\n", re.Emoji, re.Count, strings.Join(who, ", "))
 			}
 		})
 }
@@ -265,22 +332,26 @@ func runPresence(ctx context.Context, c *cli, args []string) error {
 	}
 	return c.answer(ctx, protocol.ClientFrame{Type: protocol.TypePresence, UserIDs: pos},
 		func(r protocol.ServerFrame) any { return orEmpty(r.Presence) },
-		func(r protocol.ServerFrame) {
+		func(ctx context.Context, s *session, r protocol.ServerFrame) {
+			c.learnNames(ctx, s.conn, pos...)
 			for _, p := range r.Presence {
+				who := c.names.show(p.UserID)
 				switch {
 				case p.Online:
-					fmt.Fprintf(c.stdout, "%s online\n", p.UserID)
+					fmt.Fprintf(c.stdout, "%s online\n", who)
 				case p.LastSeen != nil:
-					fmt.Fprintf(c.stdout, "%s last seen %s\n", p.UserID, p.LastSeen.Local().Format(time.DateTime))
+					fmt.Fprintf(c.stdout, "%s last seen %s\n", who, p.LastSeen.Local().Format(time.DateTime))
 				default:
-					fmt.Fprintf(c.stdout, "%s offline\n", p.UserID)
+					fmt.Fprintf(c.stdout, "%s offline\n", who)
 				}
 			}
 		})
 }
 
-// answer sends one request and prints its reply: as JSON, what jsonOf picks from it, or as text.
-func (c *cli) answer(ctx context.Context, f protocol.ClientFrame, jsonOf func(protocol.ServerFrame) any, text func(protocol.ServerFrame)) error {
+// answer sends one request and prints its reply: as JSON, what jsonOf picks from it, or as text
+// (which may ask the session for names).
+func (c *cli) answer(ctx context.Context, f protocol.ClientFrame, jsonOf func(protocol.ServerFrame) any,
+	text func(ctx context.Context, s *session, r protocol.ServerFrame)) error {
 	return c.withSession(ctx, func(ctx context.Context, s *session) error {
 		r, err := s.conn.Request(ctx, f)
 		if err != nil {
@@ -289,7 +360,7 @@ func (c *cli) answer(ctx context.Context, f protocol.ClientFrame, jsonOf func(pr
 		if c.json {
 			return c.printJSON(jsonOf(r))
 		}
-		text(r)
+		text(ctx, s, r)
 		return nil
 	})
 }
@@ -369,6 +440,7 @@ func runHistory(ctx context.Context, c *cli, args []string) error {
 				Messages       []protocol.Message `json:"messages"`
 			}{pos[0], page.FirstSeq, page.LastSeq, page.HasBefore, page.HasAfter, msgs})
 		}
+		c.learnNames(ctx, s.conn, people(page.Messages...)...)
 		for _, m := range page.Messages {
 			c.printMessage(m)
 		}
@@ -394,7 +466,8 @@ func (c *cli) withSession(ctx context.Context, fn func(ctx context.Context, s *s
 }
 
 // printMessage prints one message: a JSON line, or "#seq time sender: body", with what answers
-// ("> sender: quote" before it), "(edited)" and the reactions after it.
+// ("> sender: quote" before it), "(edited)" and the reactions after it. Senders show by the names
+// learned (see learnNames).
 func (c *cli) printMessage(m protocol.Message) {
 	if c.json {
 		_ = c.printJSON(m) // stdout gone: the next write fails the same way, nothing to add
@@ -406,11 +479,11 @@ func (c *cli) printMessage(m protocol.Message) {
 		if q.Deleted {
 			text = "(deleted)"
 		}
-		fmt.Fprintf(c.stdout, "  > #%d %s: %s\n", m.ReplyTo, q.SenderID, text)
+		fmt.Fprintf(c.stdout, "  > #%d %s: %s\n", m.ReplyTo, c.names.show(q.SenderID), text)
 	}
 	switch m.Kind {
 	case protocol.KindDeleted:
-		fmt.Fprintf(c.stdout, "#%d %s %s: (deleted)\n", m.Seq, at, m.SenderID)
+		fmt.Fprintf(c.stdout, "#%d %s %s: (deleted)\n", m.Seq, at, c.names.show(m.SenderID))
 	case protocol.KindSystem:
 		fmt.Fprintf(c.stdout, "#%d %s * %s\n", m.Seq, at, m.Body)
 	default:
@@ -421,12 +494,12 @@ func (c *cli) printMessage(m protocol.Message) {
 		for _, r := range m.Reactions {
 			fmt.Fprintf(&extra, " [%s %d]", r.Emoji, r.Count)
 		}
-		fmt.Fprintf(c.stdout, "#%d %s %s: %s%s\n", m.Seq, at, m.SenderID, m.Body, extra.String())
+		fmt.Fprintf(c.stdout, "#%d %s %s: %s%s\n", m.Seq, at, c.names.show(m.SenderID), m.Body, extra.String())
 	}
 }
 
 // printChange prints a change pushed while tailing: a JSON line of the frame, or one line saying
-// what changed.
+// what changed and who (by the name learned).
 func (c *cli) printChange(f protocol.ServerFrame) {
 	if c.json {
 		_ = c.printJSON(f) // stdout gone: the next write fails the same way, nothing to add
@@ -434,9 +507,9 @@ func (c *cli) printChange(f protocol.ServerFrame) {
 	}
 	switch f.Type {
 	case protocol.TypeEdited:
-		fmt.Fprintf(c.stdout, "#%d edited by %s: %s\n", f.Seq, f.UserID, f.Body)
+		fmt.Fprintf(c.stdout, "#%d edited by %s: %s\n", f.Seq, c.names.show(f.UserID), f.Body)
 	case protocol.TypeDeleted:
-		fmt.Fprintf(c.stdout, "#%d deleted by %s\n", f.Seq, f.UserID)
+		fmt.Fprintf(c.stdout, "#%d deleted by %s\n", f.Seq, c.names.show(f.UserID))
 	case protocol.TypeReaction:
 		verb, count := "reacted", int64(0)
 		if f.Remove {
@@ -445,7 +518,7 @@ func (c *cli) printChange(f protocol.ServerFrame) {
 		if f.Count != nil {
 			count = *f.Count
 		}
-		fmt.Fprintf(c.stdout, "#%d %s %s %s (%d now)\n", f.Seq, f.UserID, verb, f.Emoji, count)
+		fmt.Fprintf(c.stdout, "#%d %s %s %s (%d now)\n", f.Seq, c.names.show(f.UserID), verb, f.Emoji, count)
 	}
 }
 

@@ -1,6 +1,7 @@
 // Command chatctl is a command-line client of the chat server, for people and for scripts. It signs
-// in on a dev-mode server, opens DMs and groups, lists conversations, sends, tails a conversation
-// and pages its history, all through the client package over one WebSocket per command.
+// in on a dev-mode server, sets and finds display names, opens DMs and groups, lists
+// conversations, sends, tails a conversation and pages its history, all through the client package
+// over one WebSocket per command. People are printed by display name (ids stay in JSON).
 //
 // Output is plain text by default and JSON with -json (one document per result; tail prints one
 // message per line). Errors go to stderr and the exit status is 1, or 2 for a usage mistake.
@@ -57,6 +58,9 @@ type cli struct {
 	token   string
 	json    bool
 	timeout time.Duration
+
+	// names are the display names of the users printed so far.
+	names nameCache
 }
 
 // command is one subcommand.
@@ -69,6 +73,8 @@ type command struct {
 
 var commands = []command{
 	{"login", "<name>", "sign in on a dev-mode server; prints the token and saves it", runLogin},
+	{"name", "<display name>", "change your display name (any script); prints it as kept", runName},
+	{"find", "<query>", "find people whose name, or a word of it, starts with query; prints their ids and names", runFind},
 	{"dm", "<user>", "open the DM with a user; prints its conversation id", runDM},
 	{"group", "<name> <member>...", "create a group; prints its conversation id", runGroup},
 	{"list", "", "list your conversations with their last seq and unread count", runList},

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,6 +180,155 @@ func TestEditReactReplyDelete(t *testing.T) {
 	})
 }
 
+// TestDisplayNames: people show by display name, with the id after it when the two differ, in
+// history, tail (messages, quotes, edits), list and reactions; JSON keeps ids only. A rename with
+// name changes what the other user's history shows, and find finds people by a word's start.
+func TestDisplayNames(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	mary, jose := newUser(t, n.URL()), newUser(t, n.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	if _, errOut, code := mary.run(ctx, "", "login", "Mary Jane"); code != exitOK || !strings.Contains(errOut, "signed in as Mary Jane (mary-jane);") {
+		t.Fatalf("login Mary Jane: exit %d, stderr %q; want it to name Mary Jane (mary-jane)", code, errOut)
+	}
+	var signedIn struct{ UserID, Name string }
+	decode(t, jose.must("-json", "login", "José"), &signedIn)
+	joseID := signedIn.UserID
+	if signedIn.Name != "José" || !strings.HasPrefix(joseID, "u-") {
+		t.Fatalf("login José: %+v; want the name José and a u- id", signedIn)
+	}
+	joseShown, maryShown := "José ("+joseID+")", "Mary Jane (mary-jane)"
+
+	dm := mary.must("dm", joseID)
+	mary.must("send", dm, "hola")
+	jose.must("send", dm, "hi Mary")
+	tail := jose.startTail(ctx, "-after", "1", "-count", "2", dm)
+	if line := tail.next(); !strings.HasSuffix(line, " "+joseShown+": hi Mary") {
+		t.Fatalf("tail's first line %q; want #2 by %s", line, joseShown)
+	}
+	mary.must("edit", dm, "1", "hola!")          // a change of a message printed, by a sender not printed yet
+	mary.must("send", "-reply", "2", dm, "live") // a quote, and a live message
+	wantTail := []string{"#1 edited by " + maryShown + ": hola!", "  > #2 " + joseShown + ": hi Mary", " " + maryShown + ": live"}
+	for _, want := range wantTail {
+		if line := tail.next(); !strings.Contains(line, want) {
+			t.Fatalf("tail printed %q; want a line with %q", line, want)
+		}
+	}
+	tail.wait()
+
+	mary.must("react", dm, "2", "👍")
+	for who, u := range map[string]*user{"mary": mary, "josé": jose} {
+		history := u.must("history", dm)
+		for _, want := range []string{" " + maryShown + ": hola! (edited)", " " + joseShown + ": hi Mary [👍 1]", "> #2 " + joseShown + ": hi Mary", " " + maryShown + ": live"} {
+			if !strings.Contains(history, want) {
+				t.Errorf("%s's history lacks %q:\n%s", who, want, history)
+			}
+		}
+	}
+	if got := jose.must("reactions", dm, "2"); got != "👍 1 "+maryShown {
+		t.Errorf("reactions of message 2: %q; want %q", got, "👍 1 "+maryShown)
+	}
+	if table := jose.must("list"); !strings.Contains(table, maryShown) {
+		t.Errorf("José's list does not name the DM with %s:\n%s", maryShown, table)
+	}
+	var page struct{ Messages []protocol.Message }
+	decode(t, jose.must("-json", "history", dm), &page)
+	if len(page.Messages) != 3 || page.Messages[0].SenderID != "mary-jane" || page.Messages[1].SenderID != joseID {
+		t.Errorf("history -json: %+v; want 3 messages with the senders' ids", page.Messages)
+	}
+
+	if got := jose.must("find", "jan"); got != "mary-jane\tMary Jane" {
+		t.Errorf("José finds %q by \"jan\"; want mary-jane and Mary Jane", got)
+	}
+	if got := mary.must("find", "JOS"); got != joseID+"\tJosé" {
+		t.Errorf("Mary finds %q by \"JOS\"; want José", got)
+	}
+	var found []protocol.Profile
+	decode(t, mary.must("-json", "find", "nobody-is-called-this"), &found)
+	if found == nil || len(found) != 0 {
+		t.Errorf("find -json with no match: %+v; want []", found)
+	}
+
+	if got := mary.must("name", "  Mary   J. "); got != "Mary J." {
+		t.Fatalf("name prints %q; want the clean name Mary J.", got)
+	}
+	history := jose.must("history", dm)
+	if !strings.Contains(history, " Mary J. (mary-jane): hola!") || strings.Contains(history, "Mary Jane") {
+		t.Errorf("after the rename José's history shows:\n%s\nwant Mary J. (mary-jane), no Mary Jane", history)
+	}
+	if got := jose.must("find", "j."); got != "mary-jane\tMary J." {
+		t.Errorf("José finds %q by \"j.\" (a word's start); want mary-jane and Mary J.", got)
+	}
+
+	// Zoë's message, answered in a group, outlives her account: it and the quote of it show her
+	// as a deleted account.
+	zoe := newUser(t, n.URL())
+	var zoeIn struct{ UserID, Token string }
+	decode(t, zoe.must("-json", "login", "Zoë"), &zoeIn)
+	group := mary.must("group", "trio", joseID, zoeIn.UserID)
+	zoeSeq := zoe.must("send", group, "bye")
+	mary.must("send", "-reply", zoeSeq, group, "see you")
+	deleteAccount(t, n.URL(), zoeIn.Token)
+	history = mary.must("history", group)
+	tombstone, quote := "#"+zoeSeq+" ", "  > #"+zoeSeq+" (deleted account): (deleted)"
+	var shown []string
+	for _, line := range strings.Split(history, "\n") {
+		if line == quote || strings.HasPrefix(line, tombstone) && strings.HasSuffix(line, " (deleted account): (deleted)") {
+			shown = append(shown, line)
+		}
+	}
+	if len(shown) != 2 {
+		t.Errorf("after Zoë deleted her account the group's history is:\n%s\nwant her message and its quote by (deleted account)", history)
+	}
+}
+
+// deleteAccount deletes the account of token, as DELETE /api/account does for a user.
+func deleteAccount(t *testing.T, server, token string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodDelete, server+"/api/account", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete account: %s", resp.Status)
+	}
+}
+
+// TestNamesFallBackToIDs: a failed profiles request does not fail what is printed: the users show
+// by id, the failure is said on stderr, and the names are asked for again next time.
+func TestNamesFallBackToIDs(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	newUser(t, n.URL()).must("login", "Mary Jane")
+	var stderr bytes.Buffer
+	c := &cli{stderr: &stderr, timeout: defaultTimeout}
+
+	gone := testenv.Connect(t, n.URL(), "bob")
+	if err := gone.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.learnNames(ctx, gone, "mary-jane")
+	if got := c.names.show("mary-jane"); got != "mary-jane" || !strings.Contains(stderr.String(), "showing user ids") {
+		t.Fatalf("over a closed connection mary-jane shows as %q, stderr %q; want the id and a warning", got, stderr.String())
+	}
+	live := testenv.Connect(t, n.URL(), "bob")
+	defer live.Close()
+	c.learnNames(ctx, live, "mary-jane")
+	if got := c.names.show("mary-jane"); got != "Mary Jane (mary-jane)" {
+		t.Fatalf("asked again, mary-jane shows as %q; want Mary Jane (mary-jane)", got)
+	}
+}
+
 func TestErrorsGoToStderrWithStatus(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
@@ -220,46 +370,18 @@ func TestTailSurvivesRestart(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, tailStdout := io.Pipe()
-	var tailErr bytes.Buffer // read only after the command has returned
-	tailCode := make(chan int, 1)
-	go func() {
-		code := run(ctx, []string{"tail", "-json", "-after", "0", "-count", "4", dm},
-			cli{stdin: strings.NewReader(""), stdout: tailStdout, stderr: &tailErr, getenv: bob.getenv})
-		tailStdout.Close()
-		tailCode <- code
-	}()
-	lines := make(chan string, 16) // never full: the tail must not block on its output
-	go func() {
-		defer close(lines)
-		for sc := bufio.NewScanner(out); sc.Scan(); {
-			lines <- sc.Text()
-		}
-	}()
+	tail := bob.startTail(ctx, "-json", "-after", "0", "-count", "4", dm)
 	var got []string
-	next := func() {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("tail ended after %d lines: exit %d: %s", len(got), <-tailCode, tailErr.String())
-			}
-			got = append(got, line)
-		case <-time.After(time.Minute):
-			t.Fatalf("tail printed %d lines in a minute", len(got))
-		}
-	}
-	next() // the tail is connected once it has printed what was there before it
+	got = append(got, tail.next()) // the tail is connected once it has printed what was there before it
 	alice.must("send", dm, "live")
 	n.Stop()
 	n = testenv.StartNode(t, cfg)
 	alice.must("send", dm, "after restart 1")
 	alice.must("send", dm, "after restart 2")
 	for len(got) < 4 {
-		next()
+		got = append(got, tail.next())
 	}
-	if code := <-tailCode; code != exitOK {
-		t.Fatalf("tail: exit %d: %s", code, tailErr.String())
-	}
+	tail.wait()
 	want := []string{"before tail", "live", "after restart 1", "after restart 2"}
 	for i, line := range got {
 		var m protocol.Message
@@ -267,6 +389,56 @@ func TestTailSurvivesRestart(t *testing.T) {
 		if m.Seq != int64(i+1) || m.Body != want[i] {
 			t.Fatalf("line %d = seq %d %q, want seq %d %q", i, m.Seq, m.Body, i+1, want[i])
 		}
+	}
+}
+
+// tail is a chatctl tail running in the background, its output read line by line.
+type tail struct {
+	t      *testing.T
+	lines  chan string
+	code   chan int
+	stderr bytes.Buffer // read only after the command has returned
+}
+
+// startTail runs "chatctl tail args..." as u until it exits or ctx ends.
+func (u *user) startTail(ctx context.Context, args ...string) *tail {
+	tl := &tail{t: u.t, lines: make(chan string, 16), code: make(chan int, 1)}
+	out, stdout := io.Pipe()
+	go func() {
+		code := run(ctx, append([]string{"tail"}, args...),
+			cli{stdin: strings.NewReader(""), stdout: stdout, stderr: &tl.stderr, getenv: u.getenv})
+		stdout.Close()
+		tl.code <- code
+	}()
+	go func() {
+		defer close(tl.lines) // never full in these tests: the tail must not block on its output
+		for sc := bufio.NewScanner(out); sc.Scan(); {
+			tl.lines <- sc.Text()
+		}
+	}()
+	return tl
+}
+
+// next returns the tail's next line; the test fails if the tail ends or a minute passes first.
+func (tl *tail) next() string {
+	tl.t.Helper()
+	select {
+	case line, ok := <-tl.lines:
+		if !ok {
+			tl.t.Fatalf("tail ended: exit %d: %s", <-tl.code, tl.stderr.String())
+		}
+		return line
+	case <-time.After(time.Minute):
+		tl.t.Fatalf("tail printed no line in a minute")
+	}
+	return ""
+}
+
+// wait waits for the tail to exit, and fails the test unless it exits with status 0.
+func (tl *tail) wait() {
+	tl.t.Helper()
+	if code := <-tl.code; code != exitOK {
+		tl.t.Fatalf("tail: exit %d: %s", code, tl.stderr.String())
 	}
 }
 

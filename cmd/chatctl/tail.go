@@ -193,6 +193,7 @@ func (t *tailer) handle(ctx context.Context, s *session, f protocol.ServerFrame)
 		return &protocol.Error{Code: protocol.CodeNotMember, Message: "you were removed from this conversation"}
 	case protocol.TypeEdited, protocol.TypeDeleted, protocol.TypeReaction:
 		if f.Seq <= t.last { // a change of a message printed; one not printed yet shows as it is
+			t.c.learnNames(ctx, s.conn, f.UserID)
 			t.c.printChange(f)
 		}
 		return nil
@@ -209,7 +210,9 @@ func (t *tailer) handle(ctx context.Context, s *session, f protocol.ServerFrame)
 	if f.Seq <= t.last {
 		return nil
 	}
-	return t.print(messageOf(f))
+	m := messageOf(f)
+	t.c.learnNames(ctx, s.conn, people(m)...)
+	return t.print(m)
 }
 
 // catchUp pages history forward until everything up to target is printed.
@@ -224,6 +227,7 @@ func (t *tailer) catchUp(ctx context.Context, s *session, target int64) error {
 		if len(page.Messages) == 0 {
 			return nil // nothing stored past t.last yet; a later push fills in
 		}
+		t.c.learnNames(ctx, s.conn, people(page.Messages...)...)
 		for _, m := range page.Messages {
 			if m.Seq > t.last {
 				if err := t.print(m); err != nil {
