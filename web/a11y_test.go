@@ -181,6 +181,17 @@ func TestAccessibility(t *testing.T) {
 		alice.waitFor("group info closed", `!document.getElementById('group-info').open`)
 
 		alice.clickConversation("bob")
+		alice.openJumpPicker()
+		alice.checkAccessibility(axe, "jump-picker-"+scheme)
+		alice.do("close the jump picker", chromedp.Click(chromedp.CSS("#jump-picker .panel-close")))
+		alice.waitFor("the jump picker closed", `!document.getElementById('jump-picker').open`)
+
+		alice.do("look for bob by name", chromedp.SendKeys(chromedp.ID("dm-user"), "bo"))
+		alice.waitFor("bob found", `document.querySelectorAll('#dm-results li.person').length === 1`)
+		alice.checkAccessibility(axe, "find-a-person-"+scheme)
+		alice.do("close the list", pressKey("Escape", 27, ""), chromedp.Evaluate[chromedp.Void](`document.getElementById('dm-user').value = ''`))
+		alice.waitFor("the list closed", `document.getElementById('dm-results').hidden`)
+
 		alice.do("a phone", chromedp.EmulateViewport(phoneWidth, phoneHeight, chromedp.EmulateTouch))
 		alice.waitFor("the conversation covering the list", `getComputedStyle(document.getElementById('sidebar')).display === 'none' && document.querySelectorAll('#messages > li[data-seq]').length === 2`)
 		alice.checkAccessibility(axe, "phone-conversation-"+scheme)

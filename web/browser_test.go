@@ -40,8 +40,8 @@ func TestTwoPeopleChat(t *testing.T) {
 		t.Fatalf("controls without an accessible name: %v", unlabeled)
 	}
 
-	alice.openDM("bob")
-	bob.waitFor("the new DM to appear in bob's list", fmt.Sprintf(`!!document.querySelector(%q)`, convButton("alice")))
+	alice.openDMTitled("bob", "Bob")
+	bob.waitFor("the new DM to appear in bob's list", fmt.Sprintf(`!!document.querySelector(%q)`, convButton("Alice")))
 	for i := 1; i <= 3; i++ {
 		alice.typeMessage(fmt.Sprintf("hello %d", i), true)
 	}
@@ -51,20 +51,20 @@ func TestTwoPeopleChat(t *testing.T) {
 		t.Fatalf("alice's message 3 shows read=%q before bob opened the DM", read)
 	}
 
-	bob.waitFor("bob's badge to show 3 unread", fmt.Sprintf(`document.querySelector(%q)?.querySelector('.badge')?.textContent === '3' && document.title === '(3) chatd'`, convButton("alice")))
+	bob.waitFor("bob's badge to show 3 unread", fmt.Sprintf(`document.querySelector(%q)?.querySelector('.badge')?.textContent === '3' && document.title === '(3) chatd'`, convButton("Alice")))
 	bob.screenshot("02-unread-badge")
 
-	bob.clickConversation("alice")
+	bob.clickConversation("Alice")
 	bob.untilShown(1, 3)
 	if eval[bool](bob, `!document.querySelector('#messages > li.divider')`) {
 		t.Fatal("bob's DM opened without the new-messages divider before his first unread message")
 	}
-	bob.waitFor("bob's badge to clear once he has read", fmt.Sprintf(`document.title === 'chatd' && !document.querySelector(%q)?.querySelector('.badge')`, convButton("alice")))
+	bob.waitFor("bob's badge to clear once he has read", fmt.Sprintf(`document.title === 'chatd' && !document.querySelector(%q)?.querySelector('.badge')`, convButton("Alice")))
 	alice.waitFor("alice's read ticks", `['1','2','3'].every(s => document.querySelector('#messages > li[data-seq="' + s + '"]')?.dataset.read === 'true')`)
 	alice.screenshot("03-read-ticks")
 
 	bob.typeMessage("hi Alice", false)
-	alice.waitFor("bob's typing indicator", `document.getElementById('typing').textContent === 'bob is typing…'`)
+	alice.waitFor("bob's typing indicator", `document.getElementById('typing').textContent === 'Bob is typing…'`)
 	bob.do("send", pressKey("Enter", 13, "\r"))
 	alice.untilShown(1, 4)
 	alice.waitFor("the typing indicator to clear when bob's message arrives", `document.getElementById('typing').textContent === ''`)
@@ -85,7 +85,7 @@ func TestTwoPeopleChat(t *testing.T) {
 	if !sentRead(bob.sentFrames()[framesBefore:], 5) {
 		t.Fatalf("bob's page did not send its read cursor for seq 5 when it was unloaded; frames: %v", bob.sentFrames()[framesBefore:])
 	}
-	bob.waitFor("the DM to reopen after the reload", `document.getElementById('conv-title').textContent === 'alice'`)
+	bob.waitFor("the DM to reopen after the reload", `document.getElementById('conv-title').textContent === 'Alice'`)
 	bob.untilShown(1, 5)
 	assertShown(t, bob, []shownMessage{{1, "alice", "hello 1"}, {2, "alice", "hello 2"}, {3, "alice", "hello 3"}, {4, "bob", "hi Alice"}, {5, "alice", "see you"}})
 	if state := eval[string](bob, `(document.getElementById('login-view').hidden ? 'signed in' : 'signed out') + ', title ' + document.title + (document.querySelector('#messages > li.divider') ? ', new-messages divider' : '')`); state != "signed in, title chatd" {
@@ -120,13 +120,13 @@ func TestTwoPeopleChat(t *testing.T) {
 	bob.do("go back with the keyboard", chromedp.Focus(chromedp.ID("composer-input")), pressKey("Escape", 27, ""))
 	bob.waitFor("the list to show", `getComputedStyle(document.getElementById('sidebar')).display !== 'none' && getComputedStyle(document.getElementById('conversation')).display === 'none'`)
 	bob.screenshot("07-narrow-list")
-	bob.do("open the DM with the keyboard", chromedp.Focus(chromedp.CSS(convButton("alice"))), pressKey("Enter", 13, "\r"))
-	bob.waitFor("the DM to open from the keyboard", `document.getElementById('conv-title').textContent === 'alice' && getComputedStyle(document.getElementById('sidebar')).display === 'none'`)
+	bob.do("open the DM with the keyboard", chromedp.Focus(chromedp.CSS(convButton("Alice"))), pressKey("Enter", 13, "\r"))
+	bob.waitFor("the DM to open from the keyboard", `document.getElementById('conv-title').textContent === 'Alice' && getComputedStyle(document.getElementById('sidebar')).display === 'none'`)
 }
 
 // TestHistoryPaging seeds 120 messages, then checks that the page opens at the first unread one,
-// that scrolling up loads every older page in order, and that the slider jumps and scrolling down
-// pages forward again.
+// that scrolling up loads every older page in order, and that the Jump picker's "Oldest message"
+// and scrolling down page forward again.
 func TestHistoryPaging(t *testing.T) {
 	const total, readUpTo = 120, 100
 	env := testenv.NewEnv(t)
@@ -198,21 +198,10 @@ func TestHistoryPaging(t *testing.T) {
 	}
 	bob.screenshot("09-scrolled-to-the-top")
 
-	// The slider jumps to a position: a window around message 30, shown in view.
-	bob.do("jump with the slider", chromedp.Evaluate[chromedp.Void](`(() => {
-		const s = document.getElementById('jump-slider');
-		s.value = '30';
-		s.dispatchEvent(new Event('input', {bubbles: true}));
-		s.dispatchEvent(new Event('change', {bubbles: true}));
-	})()`))
-	bob.waitFor("a window around message 30 with message 30 in view", `(() => {
-		const list = document.getElementById('messages');
-		if (list.dataset.lastSeq === '120') return false;
-		const e = list.querySelector('li[data-seq="30"]');
-		if (!e) return false;
-		const box = document.getElementById('scroller').getBoundingClientRect(), r = e.getBoundingClientRect();
-		return r.top >= box.top && r.bottom <= box.bottom;
-	})()`)
+	// The Jump picker's "Oldest message": a window of the first page, at the top.
+	bob.openJumpPicker()
+	bob.jumpTo("jump-oldest")
+	bob.waitFor("a window of the first page with message 1 in view", windowIs(1, 50)+` && `+inView(1))
 	bob.screenshot("10-jumped")
 	// Scrolling down pages forward to the newest message.
 	for range 10 {

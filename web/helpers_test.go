@@ -263,13 +263,21 @@ func (p *page) waitConnected() {
 	p.waitFor("the page to be connected", `document.getElementById('conn-status').dataset.state === 'connected'`)
 }
 
-// openDM starts (or finds) the DM with a user through the sidebar form.
+// openDM starts (or finds) the DM with a user through the sidebar form, typing their user id,
+// which is also their display name.
 func (p *page) openDM(userID string) {
+	p.t.Helper()
+	p.openDMTitled(userID, userID)
+}
+
+// openDMTitled opens the DM with userID, typing the id, and waits for it to show the user's
+// display name as its title.
+func (p *page) openDMTitled(userID, title string) {
 	p.t.Helper()
 	p.do("open a DM with "+userID,
 		chromedp.SetValue(chromedp.ID("dm-user"), userID),
 		chromedp.Click(chromedp.CSS("#dm-form button[type=submit]")))
-	p.waitFor("the DM with "+userID+" to open", fmt.Sprintf(`document.getElementById('conv-title').textContent === %q && !document.getElementById('conv-body').hidden`, userID))
+	p.waitFor("the DM with "+title+" to open", fmt.Sprintf(`document.getElementById('conv-title').textContent === %q && !document.getElementById('conv-body').hidden`, title))
 }
 
 // clickConversation opens the conversation whose list entry is named title.

@@ -31,10 +31,20 @@
   const PRIVACY_KEY = 'chatd.privacy.'; // the receipts switch as last set here: the server has no frame that tells it
   const LONG_PRESS_MS = 500; // a touch held this long opens the message menu (the platform's own long-press is longer)
   const LONG_PRESS_SLOP_PX = 10; // a finger that moves further is scrolling, not pressing
+  const USER_ID = /^[a-z0-9][a-z0-9_-]{0,63}$/; // auth.ValidUserID
   const QUOTE_CHARS = 80; // how much of a replied-to message its quote shows
+  const LIST_PREVIEW_CHARS = 120; // how much of a conversation's newest message its list entry keeps (one line shows less)
   const MENU_SCROLL_CLOSE_PX = 40; // the message menu closes once its message has scrolled this far away
   const DELIVERED_DEBOUNCE_MS = 300; // coalesce delivered positions while a replay or a page arrives
   const PRESENCE_KEY = 'chatd.presence.'; // the presence switch as last set here: no frame tells it
+  const NOTIFY_KEY = 'chatd.notify.'; // "Notify me" as set on this device ('on'); a browser's permission is per device too
+  const MUTED_KEY = 'chatd.muted.'; // conversations muted on this device (JSON list of ids): no desktop notification
+  const NOTIFY_BODY_CHARS = 200; // how much of a message a desktop notification shows
+  const PRESENCE_BATCH = 100; // users per presence request, the protocol's limit
+  const PROFILES_BATCH = 100; // users per profiles request, the protocol's limit
+  const NAMES_DEBOUNCE_MS = 30; // gather the ids a render asks for into one profiles request
+  const FIND_DEBOUNCE_MS = 250; // wait for a pause in typing before asking find_users
+  const FAVICON_PX = 64; // the drawn favicon's size; browsers scale it to the tab's 16 or 32 px
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -46,8 +56,9 @@
     groupMembers: $('group-members'), groupDetails: $('group-details'), sidebarError: $('sidebar-error'),
     convList: $('conv-list'), convEmpty: $('conv-empty'),
     noConv: $('no-conv'), convBody: $('conv-body'), back: $('back'), title: $('conv-title'),
-    meta: $('conv-meta'), jumpLatest: $('jump-latest'), jump: $('jump'), slider: $('jump-slider'),
-    sliderOut: $('jump-output'), scroller: $('scroller'), loading: $('loading'), list: $('messages'),
+    meta: $('conv-meta'), jumpLatest: $('jump-latest'), scroller: $('scroller'), loading: $('loading'), list: $('messages'),
+    jumpButton: $('jump-button'), jumpPicker: $('jump-picker'), jumpForm: $('jump-form'), jumpDate: $('jump-date'),
+    jumpUnread: $('jump-unread'), jumpUnreadLabel: $('jump-unread-label'), jumpStatus: $('jump-status'), jumpGo: $('jump-go'),
     typing: $('typing'), composer: $('composer'), input: $('composer-input'), announcer: $('announcer'),
     notice: $('notice'), noticeText: $('notice-text'), noticeClose: $('notice-close'),
     convMenuButton: $('conv-menu-button'), convMenu: $('conv-menu'), menuGroupInfo: $('menu-group-info'),
@@ -55,6 +66,9 @@
     msgMenu: $('msg-menu'), msgReply: $('msg-reply'), msgDelete: $('msg-delete'), msgEdit: $('msg-edit'),
     editBar: $('edit-bar'), editCancel: $('edit-cancel'),
     presenceSwitch: $('presence-switch'), presenceStatus: $('presence-status'),
+    nameForm: $('name-form'), nameInput: $('name-input'), nameStatus: $('name-status'),
+    dmResults: $('dm-results'),
+    notifySwitch: $('notify-switch'), notifyStatus: $('notify-status'), menuMute: $('menu-mute'), favicon: $('favicon'),
     replyBar: $('reply-bar'), replySender: $('reply-sender'), replyText: $('reply-text'), replyCancel: $('reply-cancel'),
     confirm: $('confirm'), confirmTitle: $('confirm-title'), confirmText: $('confirm-text'),
     confirmOk: $('confirm-ok'), confirmCancel: $('confirm-cancel'),
@@ -84,6 +98,7 @@
     blocks: new Set(), // users this user blocks (list_blocks), for the DM menu and the settings panel
     editing: null, // {convId, seq, draft}: the own message the composer edits, and the draft it set aside
     presence: new Map(), // user id -> {online, lastSeen}: from presence pushes and presence_list replies
+    names: new Map(), // user id -> {name, deleted}: from profiles replies and profile pushes
   };
 
   const conn = {
@@ -136,11 +151,106 @@
   }
 
   function convTitle(c) {
-    if (c.kind === 'dm') return c.members.find((m) => m !== state.auth.userId) || state.auth.userId;
-    return c.name || c.members.filter((m) => m !== state.auth.userId).join(', ') || 'Group';
+    if (c.kind === 'dm') return nameOf(c.members.find((m) => m !== state.auth.userId) || state.auth.userId);
+    return c.name || c.members.filter((m) => m !== state.auth.userId).map(nameOf).join(', ') || 'Group';
   }
 
   const me = () => state.auth && state.auth.userId;
+
+  // ---- Display names ---------------------------------------------------------------------------
+
+  // A user is shown by their display name wherever the page used to show the id. Names come from
+  // profiles replies (asked for every id the page meets and has no name for, in batches) and
+  // profile pushes; until one is known, and for an id the server does not know, the id is shown.
+  const names = { asking: new Set(), wanted: new Set(), timer: null };
+
+  function nameOf(userId) {
+    if (!userId) return '';
+    if (state.auth && userId === state.auth.userId && state.auth.name) return state.auth.name;
+    const p = state.names.get(userId);
+    if (!p) { wantNames([userId]); return userId; }
+    if (p.deleted) return 'Deleted account';
+    return p.name || userId;
+  }
+
+  // wantNames notes ids whose names the page needs; one profiles request asks for them shortly.
+  function wantNames(ids) {
+    for (const id of ids) {
+      if (id && !state.names.has(id) && !names.asking.has(id) && id !== me()) names.wanted.add(id);
+    }
+    if (names.wanted.size && !names.timer && conn.live) names.timer = setTimeout(askNames, NAMES_DEBOUNCE_MS);
+  }
+
+  async function askNames(ids = [...names.wanted]) {
+    clearTimeout(names.timer);
+    names.timer = null;
+    names.wanted.clear();
+    let changed = false;
+    for (let i = 0; i < ids.length; i += PROFILES_BATCH) {
+      const batch = ids.slice(i, i + PROFILES_BATCH);
+      for (const id of batch) names.asking.add(id);
+      try {
+        const r = await request({ type: 'profiles', userIds: batch });
+        for (const u of r.users || []) state.names.set(u.userId, { name: u.name || '', deleted: !!u.deleted });
+        // Ids the server does not know keep showing as ids, and are not asked for again.
+        for (const id of batch) if (!state.names.has(id)) state.names.set(id, { name: '' });
+        changed = true;
+      } catch {
+        // Asked again when a later render needs them (after the next sync at the latest); no
+        // redraw now, which would ask again at once.
+      } finally {
+        for (const id of batch) names.asking.delete(id);
+      }
+    }
+    if (changed) namesChanged();
+  }
+
+  // refreshNames asks again for every name the page holds: profile pushes missed while the page
+  // was away are not sent again.
+  function refreshNames() {
+    const ids = [...new Set([...state.names.keys(), ...names.wanted])].filter((id) => id !== me());
+    if (ids.length) askNames(ids);
+  }
+
+  function onProfile(f) {
+    if (!f.userId) return;
+    if (f.userId === me()) {
+      setOwnName(f.name || state.auth.name);
+    } else {
+      state.names.set(f.userId, { name: f.name || '' });
+    }
+    namesChanged();
+  }
+
+  function setOwnName(name) {
+    if (!state.auth || !name || state.auth.name === name) return;
+    state.auth.name = name;
+    localStorage.setItem(AUTH_KEY, JSON.stringify(state.auth));
+  }
+
+  // initial is the first character of a name (a whole character: "李" or "Z", not half of an
+  // emoji's surrogate pair), for an avatar.
+  const initial = (name) => ([...(name || '?')][0] || '?').toUpperCase();
+
+  // systemText is a system message ("alice added carol, dave") with the user ids in it shown as
+  // names: the words that are the ids of its sender or of the conversation's members.
+  function systemText(c, m) {
+    const ids = new Set([m.senderId, ...((c && c.members) || [])]);
+    const isId = (w) => ids.has(w) || (state.names.has(w) && !!state.names.get(w).name) || /^u-[0-9a-f]{16}$/.test(w);
+    return (m.body || '').split(/(\s+|,)/).map((w) => (w && isId(w) ? nameOf(w) : w)).join('');
+  }
+
+  // namesChanged redraws what shows names: the list, the open conversation, the panels.
+  function namesChanged() {
+    if (!state.auth) return;
+    ui.me.textContent = state.auth.name || state.auth.userId;
+    renderConvList();
+    if (state.openId) {
+      showConversation();
+      renderMessages();
+    }
+    renderBlocks();
+  }
   const openConv = () => state.convs.get(state.openId);
   const openWindow = () => state.windows.get(state.openId);
 
@@ -199,7 +309,7 @@
     state.auth = null;
     disconnect();
     closeMenus();
-    for (const d of [ui.confirm, ui.groupInfo, ui.settings]) if (d.open) d.close();
+    for (const d of [ui.confirm, ui.groupInfo, ui.settings, ui.jumpPicker]) if (d.open) d.close();
     hideNotice();
     state.convs.clear();
     state.windows.clear();
@@ -207,9 +317,13 @@
     state.replyTo.clear();
     state.blocks.clear();
     state.presence.clear();
+    state.names.clear();
+    closeFind();
     state.editing = null;
     state.openId = null;
     state.total = 0;
+    for (const id of [...notifications.keys()]) closeNotification(id);
+    updateTitle();
     ui.convList.replaceChildren();
     ui.list.replaceChildren();
     history.replaceState(null, '', location.pathname);
@@ -376,6 +490,7 @@
       case 'changes': onChanges(f); break;
       case 'delivered': onPeerDelivered(f); break;
       case 'presence': onPresence(f); break;
+      case 'profile': onProfile(f); break;
       case 'error': ui.sidebarError.textContent = f.message || f.code; break;
       default: break; // frames added to the protocol later are ignored
     }
@@ -383,6 +498,7 @@
 
   function onHello(f) {
     if (f.userId && f.userId !== me()) { signOut('Signed in as another user; please sign in again.'); return; }
+    if (f.name) { setOwnName(f.name); ui.me.textContent = f.name; }
     conn.attempt = 0;
     conn.live = true;
     focusSent = undefined; // a new socket shows nothing
@@ -416,6 +532,8 @@
     sendFocus(); // a new socket shows nothing until told
     flushDelivered();
     requestPresence();
+    if (ui.groupInfo.open) requestGroupPresence();
+    refreshNames();
     loadBlocks();
     resendSavedReads();
     setStatus('connected', 'Connected');
@@ -470,6 +588,12 @@
     c.kind = v.kind;
     c.name = v.name || '';
     c.members = v.members || [];
+    c.createdBy = v.createdBy || '';
+    // The newest message, for the list: the view's, unless a push brought a newer one meanwhile.
+    const lm = v.lastMessage;
+    if (lm && lm.seq > 0 && (!c.last || lm.seq >= c.last.seq)) c.last = listPreview(lm);
+    else if (!lm && c.last && c.last.seq <= (v.lastSeq || 0)) c.last = null; // none (deleted for me)
+    if (c.last) c.activity = Math.max(c.activity, Date.parse(c.last.createdAt) || 0);
     c.lastSeq = Math.max(c.lastSeq, v.lastSeq || 0);
     c.readSeq = Math.max(c.readSeq, v.readSeq || 0);
     c.unread = v.unread || 0; // the server's exact count
@@ -505,6 +629,30 @@
     state.replyTo.delete(id);
     if (state.openId === id) closeConversation();
     recountTotal();
+    renderConvList();
+  }
+
+  // listPreview is what the conversation list keeps of a conversation's newest message (the
+  // server's lastMessage, or a pushed message): its seq, sender, kind, time and the start of its
+  // text on one line.
+  function listPreview(m) {
+    const text = m.kind === 'deleted' ? '' : (m.body || '').replace(/\s+/g, ' ').trim();
+    return { seq: m.seq, senderId: m.senderId || '', kind: m.kind || 'text', createdAt: m.createdAt,
+      body: text.length > LIST_PREVIEW_CHARS ? `${text.slice(0, LIST_PREVIEW_CHARS)}…` : text };
+  }
+
+  // notePreview keeps m as c's newest message when it is (a message push, a replay, a page).
+  function notePreview(c, m) {
+    if (!c || !(m.seq >= c.firstSeq) || (c.last && m.seq < c.last.seq)) return;
+    c.last = listPreview(m);
+    c.activity = Math.max(c.activity, Date.parse(m.createdAt) || Date.now());
+  }
+
+  // changePreview applies an edit or a deletion of seq to the list's preview, when it shows seq.
+  function changePreview(convId, seq, change) {
+    const c = state.convs.get(convId);
+    if (!c || !c.last || c.last.seq !== seq) return;
+    change(c.last);
     renderConvList();
   }
 
@@ -552,6 +700,44 @@
 
   function updateTitle() {
     document.title = state.total > 0 ? `(${state.total}) chatd` : 'chatd';
+    drawFavicon(state.total);
+  }
+
+  // drawFavicon draws the tab's icon on a canvas: the page's blue square, with a red badge of the
+  // total unread when there is any ("99+" past 99). The CSP allows data: images, and no file is
+  // fetched.
+  let faviconDrawn = -1;
+  function drawFavicon(total) {
+    const n = state.auth ? total : 0;
+    if (n === faviconDrawn || !ui.favicon) return;
+    const canvas = document.createElement('canvas');
+    canvas.width = FAVICON_PX;
+    canvas.height = FAVICON_PX;
+    const g = canvas.getContext('2d');
+    if (!g) return;
+    const s = FAVICON_PX;
+    g.fillStyle = '#2257d6';
+    g.beginPath();
+    g.roundRect(s * 0.04, s * 0.04, s * 0.92, s * 0.92, s * 0.2);
+    g.fill();
+    g.fillStyle = '#ffffff';
+    g.font = `bold ${s * 0.62}px system-ui, sans-serif`;
+    g.textAlign = 'center';
+    g.textBaseline = 'middle';
+    g.fillText('c', s * 0.42, s * 0.5);
+    if (n > 0) {
+      const text = n > 99 ? '99+' : String(n);
+      g.fillStyle = '#d92d20';
+      g.beginPath();
+      g.arc(s * 0.7, s * 0.3, s * 0.3, 0, Math.PI * 2);
+      g.fill();
+      g.fillStyle = '#ffffff';
+      g.font = `bold ${s * (text.length === 1 ? 0.42 : text.length === 2 ? 0.34 : 0.24)}px system-ui, sans-serif`;
+      g.fillText(text, s * 0.7, s * 0.32);
+    }
+    ui.favicon.href = canvas.toDataURL('image/png');
+    ui.favicon.dataset.unread = String(n); // what it shows, for tests and tools
+    faviconDrawn = n;
   }
 
   function onBadge(f) {
@@ -587,6 +773,8 @@
     if (!c) return;
     c.firstSeq = Math.max(c.firstSeq, (f.seq || 0) + 1);
     c.unread = 0;
+    c.last = null; // its history, for this user, is gone
+    c.hidden = true; // until a new message brings it back (which notifies nobody)
     state.windows.delete(c.id);
     if (state.openId === c.id) closeConversation();
     recountTotal();
@@ -605,6 +793,7 @@
       renderConvList();
     }
     if (c) c.deletedSeqs.add(f.seq); // replies quoting it show the quote as deleted
+    changePreview(f.conversationId, f.seq, (p) => { p.kind = 'deleted'; p.body = ''; });
     applyChange(f.conversationId, f.seq, f.version, (m) => {
       m.kind = 'deleted';
       m.body = '';
@@ -646,6 +835,7 @@
   }
 
   function onEdited(f) {
+    changePreview(f.conversationId, f.seq, (p) => { if (p.kind === 'text') Object.assign(p, listPreview({ ...p, body: f.body })); });
     applyChange(f.conversationId, f.seq, f.version, (m) => {
       if (m.kind !== 'text') return;
       m.body = f.body || '';
@@ -669,6 +859,7 @@
   function onChanges(f) {
     const w = state.windows.get(f.conversationId);
     for (const m of f.messages || []) {
+      changePreview(f.conversationId, m.seq, (p) => Object.assign(p, listPreview(m)));
       const held = w && w.bySeq.get(m.seq);
       if (m.kind === 'deleted') onDeleted({ conversationId: f.conversationId, seq: m.seq, version: 0 });
       if (held && (m.version || 0) > (held.version || 0)) w.bySeq.set(m.seq, m);
@@ -715,23 +906,141 @@
     const c = openConv();
     const who = c ? typers(c) : [];
     ui.typing.textContent = who.length === 0 ? ''
-      : who.length === 1 ? `${who[0]} is typing…` : `${who.join(', ')} are typing…`;
+      : who.length === 1 ? `${nameOf(who[0])} is typing…` : `${who.map(nameOf).join(', ')} are typing…`;
   }
 
+  // openDM opens a DM from the "Message a user" box: with the person picked in its list of
+  // people found by name, else with the one whose name is exactly what was typed, else with the
+  // user whose id was typed.
   async function openDM(ev) {
     ev.preventDefault();
     ui.sidebarError.textContent = '';
-    const peer = userIdOf(ui.dmUser.value);
-    if (!peer) return;
+    const typed = ui.dmUser.value.trim();
+    if (!typed) return;
+    const active = find.users[find.active];
+    const exact = find.query === typed ? find.users.filter((u) => u.name.toLowerCase() === typed.toLowerCase()) : [];
+    let peer = active ? active.userId : exact.length === 1 ? exact[0].userId : '';
+    if (!peer) {
+      const id = userIdOf(typed);
+      if (!USER_ID.test(id)) { ui.sidebarError.textContent = 'Pick someone from the list, or type a user id.'; return; }
+      peer = id;
+    }
+    await openDMWith(peer);
+  }
+
+  async function openDMWith(peer) {
     if (peer === me()) { ui.sidebarError.textContent = 'That is you: pick another user.'; return; }
     try {
       const r = await request({ type: 'open_dm', userId: peer });
       onConversation(r.conversation);
       ui.dmUser.value = '';
+      closeFind();
       openConversation(r.conversation.id, { focus: true });
     } catch (err) {
       ui.sidebarError.textContent = errorText(err);
     }
+  }
+
+  // ---- Find a person ---------------------------------------------------------------------------
+
+  // The "Message a user" box is a combobox: typing a name (a word of it, from its start) lists up
+  // to 20 people (find_users) under it; the arrow keys move through them, Enter or a click opens
+  // the DM with the one chosen, Escape closes the list. A user id can still be typed and sent.
+  const find = { timer: null, query: '', users: [], active: -1, seq: 0 };
+
+  function onFindInput() {
+    clearTimeout(find.timer);
+    const q = ui.dmUser.value.trim();
+    if (!q) { closeFind(); return; }
+    find.timer = setTimeout(() => runFind(q), FIND_DEBOUNCE_MS);
+  }
+
+  async function runFind(q) {
+    const mySeq = ++find.seq;
+    let r;
+    try {
+      r = await request({ type: 'find_users', query: q });
+    } catch {
+      return; // typing an id still works; the next keystroke asks again
+    }
+    if (mySeq !== find.seq || ui.dmUser.value.trim() !== q) return; // typed on meanwhile
+    const users = (r.users || []).filter((u) => !u.deleted && u.userId !== me());
+    for (const u of users) state.names.set(u.userId, { name: u.name || '' });
+    find.query = q;
+    find.users = users;
+    find.active = -1;
+    renderFind();
+  }
+
+  function renderFind() {
+    const open = !!find.query;
+    ui.dmResults.hidden = !open;
+    ui.dmUser.setAttribute('aria-expanded', String(open));
+    if (!open) { ui.dmResults.replaceChildren(); ui.dmUser.removeAttribute('aria-activedescendant'); return; }
+    if (!find.users.length) {
+      ui.dmResults.replaceChildren(h('li', { class: 'people-empty muted', role: 'option', 'aria-disabled': 'true' }, `No one found for "${find.query}"`));
+      ui.dmUser.removeAttribute('aria-activedescendant');
+      return;
+    }
+    ui.dmResults.replaceChildren(...find.users.map((u, i) => h('li', {
+      role: 'option', id: `dm-option-${i}`, class: 'person', 'data-user': u.userId, 'aria-selected': String(i === find.active),
+    }, h('span', { class: 'avatar', 'aria-hidden': 'true', 'data-initial': initial(u.name || u.userId) }),
+    h('span', { class: 'person-name', dir: 'auto' }, u.name || u.userId),
+    h('span', { class: 'person-id muted small' }, u.userId))));
+    if (find.active >= 0) {
+      ui.dmUser.setAttribute('aria-activedescendant', `dm-option-${find.active}`);
+      document.getElementById(`dm-option-${find.active}`)?.scrollIntoView({ block: 'nearest' });
+    } else {
+      ui.dmUser.removeAttribute('aria-activedescendant');
+    }
+  }
+
+  function closeFind() {
+    clearTimeout(find.timer);
+    find.seq++;
+    find.query = '';
+    find.users = [];
+    find.active = -1;
+    renderFind();
+  }
+
+  function onFindKey(e) {
+    if (e.key === 'Escape' && find.query) { e.preventDefault(); closeFind(); return; }
+    if ((e.key !== 'ArrowDown' && e.key !== 'ArrowUp') || !find.users.length) return;
+    e.preventDefault();
+    const n = find.users.length;
+    find.active = e.key === 'ArrowDown' ? (find.active + 1) % n : (find.active - 1 + n) % n;
+    renderFind();
+  }
+
+  function onFindPick(e) {
+    const li = e.target.closest('li.person');
+    if (!li) return;
+    const i = find.users.findIndex((u) => u.userId === li.dataset.user);
+    if (i < 0) return;
+    find.active = i;
+    ui.dmUser.value = find.users[i].name || find.users[i].userId;
+    ui.sidebarError.textContent = '';
+    openDMWith(find.users[i].userId);
+  }
+
+  // ---- Your name ----------------------------------------------------------------------------
+
+  async function saveName(ev) {
+    ev.preventDefault();
+    const name = ui.nameInput.value.trim().replace(/\s+/g, ' ');
+    if (!name) return;
+    ui.nameStatus.textContent = 'Saving…';
+    try {
+      await request({ type: 'set_name', name });
+    } catch (err) {
+      ui.nameStatus.textContent = failureText('Could not change your name', err); // the text is kept to correct
+      return;
+    }
+    setOwnName(name); // the profile push that follows says the same
+    ui.nameInput.value = name;
+    ui.nameStatus.textContent = 'Saved. Others see your new name.';
+    namesChanged();
   }
 
   async function createGroup(ev) {
@@ -758,22 +1067,24 @@
   // renderConvList updates the list in place, so focus stays on the item a keyboard user is on.
   function renderConvList() {
     renderGroupInfo(); // members change with the list (a join, a leave, a removal)
+    const muted = state.auth ? mutedSet() : new Set();
     const convs = [...state.convs.values()].filter((c) => c.lastSeq >= c.firstSeq || c.lastSeq === 0).sort((a, b) => b.activity - a.activity || (a.id < b.id ? -1 : 1));
     ui.convEmpty.hidden = convs.length > 0;
     renderBackBadge();
     reconcile(ui.convList, convs.map((c) => ({
       key: c.id,
-      sig: [convTitle(c), c.unread, c.id === state.openId, typers(c).length, c.kind, c.members.length].join('|'),
+      sig: [convTitle(c), c.unread, c.id === state.openId, typers(c).length, c.kind, c.members.length,
+        previewText(c), c.last ? c.last.createdAt : '', muted.has(c.id)].join('|'),
       build: () => {
         const li = h('li', { class: 'conv-item' }, h('button', {
           type: 'button', class: 'conv', 'data-conv-id': c.id,
           onclick: () => openConversation(c.id, { focus: true }),
           onkeydown: (e) => moveInList(e),
         }));
-        fillConvItem(li, c);
+        fillConvItem(li, c, muted.has(c.id));
         return li;
       },
-      update: (li) => fillConvItem(li, c),
+      update: (li) => fillConvItem(li, c, muted.has(c.id)),
     })));
   }
 
@@ -790,24 +1101,53 @@
 
   // fillConvItem updates a list entry in place: the button stays the same element, so focus,
   // hover and a click in progress survive a badge change.
-  function fillConvItem(li, c) {
+  function fillConvItem(li, c, muted) {
     const title = convTitle(c);
-    const sub = typers(c).length ? 'typing…' : c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message';
+    const typing = typers(c).length > 0;
+    const sub = typing ? 'typing…' : previewText(c) || (c.kind === 'group' ? `Group · ${c.members.length} members` : 'Direct message');
+    const time = c.last ? listTime(c.last.createdAt) : '';
     const badge = c.unread > 999 ? '999+' : String(c.unread);
     const button = li.firstElementChild;
-    // The name holds the words the entry shows, in their order (WCAG 2.5.3, label in name); the
-    // spaces between the parts keep those words apart in the visible text too.
-    button.setAttribute('aria-label', c.unread > 0 ? `${title}, ${sub}, ${badge} unread` : `${title}, ${sub}`);
+    // The name holds the words the entry shows, in their order (WCAG 2.5.3, label in name): the
+    // name, the newest message's time, the preview and the unread count; the spaces between the
+    // parts keep those words apart in the visible text too. "muted" is said, not shown as a word.
+    button.setAttribute('aria-label', [title, time, sub, muted ? 'muted' : '', c.unread > 0 ? `${badge} unread` : ''].filter(Boolean).join(', '));
     if (c.id === state.openId) button.setAttribute('aria-current', 'true');
     else button.removeAttribute('aria-current');
     button.replaceChildren(
-      // The initial is drawn by CSS (attr(data-initial)): as text it would count as part of the
-      // button's visible label, which then would not match its name.
-      h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true', 'data-initial': title.slice(0, 1).toUpperCase() }),
+      // The initial and the muted mark are drawn by CSS (attr(data-initial), ::before): as text
+      // they would count as part of the button's visible label, which then would not match its name.
+      h('span', { class: `avatar ${c.kind}`, 'aria-hidden': 'true', 'data-initial': initial(title) }),
       h('span', { class: 'conv-text' },
-        h('span', { class: 'conv-name' }, title), ' ',
-        h('span', { class: 'conv-sub muted' }, sub)),
-      ...(c.unread > 0 ? [' ', h('span', { class: 'badge', 'aria-hidden': 'true' }, badge)] : []));
+        h('span', { class: 'conv-line' },
+          h('span', { class: 'conv-name', dir: 'auto' }, title),
+          muted ? h('span', { class: 'conv-muted', title: 'Notifications muted', 'aria-hidden': 'true' }) : null,
+          ...(time ? [' ', h('time', { class: 'conv-time muted', datetime: c.last.createdAt }, time)] : [])),
+        ' ',
+        h('span', { class: 'conv-line' },
+          h('span', { class: `conv-sub muted${c.last && !typing ? ' preview' : ''}`, dir: 'auto' }, sub),
+          ...(c.unread > 0 ? [' ', h('span', { class: 'badge', 'aria-hidden': 'true' }, badge)] : []))));
+  }
+
+  // previewText is a list entry's second line: "<sender>: <text>" of the newest message ("You"
+  // for your own), a system message's text, or "This message was deleted"; '' when none is known.
+  function previewText(c) {
+    const m = c.last;
+    if (!m) return '';
+    if (m.kind === 'deleted') return 'This message was deleted';
+    if (m.kind === 'system') return systemText(c, m);
+    return `${m.senderId === me() ? 'You' : nameOf(m.senderId)}: ${m.body}`;
+  }
+
+  // listTime says when the newest message came: the time today, "Yesterday", the weekday within
+  // a week, the date before that.
+  function listTime(iso) {
+    const d = new Date(iso);
+    if (Number.isNaN(d.getTime())) return '';
+    const label = dayLabel(d);
+    if (label === 'Today') return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+    if (label === 'Yesterday' || !/\d/.test(label)) return label;
+    return d.toLocaleDateString([], { day: 'numeric', month: 'short' });
   }
 
   function moveInList(e) {
@@ -857,7 +1197,11 @@
       rememberGone(c, m);
       if (m.kind === 'deleted' && c) c.deletedSeqs.add(m.seq);
     }
-    if (page.messages.length) noteReceived(convId, page.messages[page.messages.length - 1].seq);
+    if (page.messages.length) {
+      const newest = page.messages[page.messages.length - 1];
+      noteReceived(convId, newest.seq);
+      if (c && c.last && newest.seq > c.last.seq) { notePreview(c, newest); renderConvList(); }
+    }
     return page;
   }
 
@@ -877,7 +1221,7 @@
       if (!held || (m.version || 0) >= (held.version || 0)) w.bySeq.set(m.seq, { ...m, quote: m.quote || (held && held.quote) });
       return;
     }
-    if (w.hasAfter) return; // the window is not at the newest messages; the slider shows more
+    if (w.hasAfter) return; // the window is not at the newest messages; the cue offers them
     if (m.seq === w.hi + 1) {
       w.bySeq.set(m.seq, m);
       w.hi = m.seq;
@@ -998,6 +1342,7 @@
     if (state.editing && state.editing.convId !== id) cancelEdit({ focus: false });
     state.openId = id;
     sendFocus();
+    closeNotification(id);
     if (c.kind === 'dm') requestPresence();
     history.replaceState(null, '', `#c=${encodeURIComponent(id)}`);
     document.body.classList.add('show-conv');
@@ -1021,6 +1366,7 @@
   function closeConversation() {
     flushRead();
     cancelEdit({ focus: false });
+    if (ui.jumpPicker.open) ui.jumpPicker.close();
     state.openId = null;
     sendFocus();
     state.view++;
@@ -1038,8 +1384,8 @@
     ui.title.textContent = convTitle(c);
     const peer = dmPeer(c);
     const presence = c.kind === 'dm' ? presenceText(peer) : '';
-    ui.meta.textContent = c.kind === 'group' ? `${c.members.length} members: ${c.members.join(', ')}`
-      : [state.blocks.has(peer) ? `Direct message · you blocked ${peer}` : 'Direct message', presence].filter(Boolean).join(' · ');
+    ui.meta.textContent = c.kind === 'group' ? `${c.members.length} members: ${c.members.map(nameOf).join(', ')}`
+      : [state.blocks.has(peer) ? `Direct message · you blocked ${nameOf(peer)}` : 'Direct message', presence].filter(Boolean).join(' · ');
     ui.meta.dataset.presence = presence;
     renderReplyBar();
     renderEditBar();
@@ -1051,6 +1397,96 @@
     const c = openConv();
     if (!c) return;
     replaceWindow(c.id, { around: seq }, { toSeq: seq, highlight: true });
+  }
+
+  // ---- Jump picker -----------------------------------------------------------------------------
+
+  // The Jump button opens a small picker: the first unread message, a date, the oldest or the
+  // newest message. Choosing (with the mouse or the arrow keys) moves nothing; only its Jump
+  // button does. Each jump loads one window of range pages around its target, like a reply's quote.
+
+  function openJumpPicker() {
+    const c = openConv();
+    if (!c) return;
+    closeMenus();
+    const unread = c.unread > 0;
+    ui.jumpUnread.disabled = !unread;
+    ui.jumpUnreadLabel.textContent = unread ? `First unread message (${c.unread} unread)` : 'First unread message (none)';
+    ui.jumpDate.max = dayKey(new Date());
+    if (!ui.jumpDate.value) ui.jumpDate.value = dayKey(new Date());
+    ui.jumpForm.elements.target.value = unread ? 'unread' : 'date';
+    ui.jumpStatus.textContent = '';
+    ui.jumpGo.disabled = false;
+    ui.jumpPicker.showModal();
+    (unread ? ui.jumpUnread : ui.jumpDate).focus();
+  }
+
+  async function confirmJump(ev) {
+    ev.preventDefault();
+    const c = openConv();
+    if (!c) { ui.jumpPicker.close(); return; }
+    const target = ui.jumpForm.elements.target.value;
+    ui.jumpStatus.textContent = '';
+    if (target === 'unread') {
+      ui.jumpPicker.close();
+      if (c.unread <= 0) return;
+      state.following = false;
+      state.divider = { convId: c.id, afterSeq: c.readSeq };
+      replaceWindow(c.id, { around: c.readSeq + 1 }, { toSeq: c.readSeq + 1, divider: true });
+    } else if (target === 'oldest') {
+      ui.jumpPicker.close();
+      state.following = false;
+      replaceWindow(c.id, { after: Math.max(0, c.firstSeq - 1) }, { top: true });
+    } else if (target === 'newest') {
+      ui.jumpPicker.close();
+      state.following = true;
+      replaceWindow(c.id, {}, { bottom: true });
+    } else {
+      const [y, mo, d] = ui.jumpDate.value.split('-').map(Number);
+      if (!y || !mo || !d) { ui.jumpStatus.textContent = 'Pick a date.'; return; }
+      const day = new Date(y, mo - 1, d); // local midnight: the day as the user's calendar has it
+      ui.jumpGo.disabled = true;
+      ui.jumpStatus.textContent = 'Finding…';
+      let seq;
+      try {
+        seq = await firstSeqSince(c, day.getTime());
+      } catch (err) {
+        ui.jumpStatus.textContent = failureText('Could not look for that date', err);
+        return;
+      } finally {
+        ui.jumpGo.disabled = false;
+      }
+      if (state.openId !== c.id) { ui.jumpPicker.close(); return; }
+      if (!seq) {
+        ui.jumpStatus.textContent = `No messages on or after ${day.toLocaleDateString([], { day: 'numeric', month: 'long', year: 'numeric' })}.`;
+        return;
+      }
+      ui.jumpPicker.close();
+      state.following = false;
+      replaceWindow(c.id, { around: seq }, { toSeq: seq, dayStart: true, highlight: true });
+      announce(`Showing messages from ${dayLabel(day)}`);
+    }
+  }
+
+  // firstSeqSince finds the first message of c written at or after time t (ms), or 0 when there
+  // is none: a binary search over seqs with one range page per step (seqs and their times grow
+  // together), so a conversation of a million messages takes about fifteen pages.
+  async function firstSeqSince(c, t) {
+    let lo = c.firstSeq;
+    let hi = c.lastSeq;
+    let found = 0;
+    while (lo <= hi) {
+      const mid = Math.floor((lo + hi) / 2);
+      const page = await fetchPage(c.id, { around: mid });
+      const msgs = page.messages.filter((m) => m.seq >= lo && m.seq <= hi);
+      if (!msgs.length) break;
+      const i = msgs.findIndex((m) => Date.parse(m.createdAt) >= t);
+      if (i === -1) { lo = msgs[msgs.length - 1].seq + 1; continue; }
+      found = msgs[i].seq;
+      if (i > 0) break; // the message before it, in this page, is older: found is the first
+      hi = msgs[0].seq - 1;
+    }
+    return found;
   }
 
   // ---- Rendering messages ----------------------------------------------------------------------
@@ -1081,6 +1517,64 @@
       else ref = ref.nextElementSibling;
     }
     for (const e of old.values()) e.remove();
+  }
+
+  // morph makes the live element a look like the freshly built b, changing a in place: the
+  // elements a click may be on (a reaction chip, the menu button) stay the same nodes, so a press
+  // before a change and the release after it still make a click. Children are matched in order by
+  // tag and first class (reaction chips by their emoji); an element marked data-replace (a body
+  // with its own listeners) is matched only when its mark is the same, and then left as it is.
+  function morph(a, b) {
+    syncAttributes(a, b);
+    if (a.hasAttribute('data-replace')) return;
+    const olds = [...a.childNodes];
+    let at = 0;
+    let ref = a.firstChild;
+    for (const nb of [...b.childNodes]) {
+      let i = at;
+      while (i < olds.length && !sameKind(olds[i], nb)) i++;
+      if (i < olds.length) {
+        const oa = olds[i];
+        at = i + 1;
+        if (oa.nodeType === Node.TEXT_NODE) {
+          if (oa.nodeValue !== nb.nodeValue) oa.nodeValue = nb.nodeValue;
+        } else {
+          morph(oa, nb);
+        }
+        if (oa !== ref) a.insertBefore(oa, ref); else ref = ref.nextSibling;
+        olds[i] = null;
+      } else {
+        a.insertBefore(nb, ref);
+      }
+    }
+    for (const oa of olds) if (oa && oa.parentNode === a) oa.remove();
+  }
+
+  // KEPT_ATTRIBUTES are set on message elements after they are built (a focus target, the open
+  // menu's trigger): morphing leaves them as they are.
+  const KEPT_ATTRIBUTES = new Set(['tabindex', 'aria-expanded', 'data-key', 'data-sig']);
+
+  function syncAttributes(a, b) {
+    for (const { name } of [...a.attributes]) {
+      if (!b.hasAttribute(name) && !KEPT_ATTRIBUTES.has(name)) a.removeAttribute(name);
+    }
+    for (const { name, value } of [...b.attributes]) {
+      if (name === 'aria-expanded' && a === openMenu.trigger) continue;
+      if (name === 'class' && a.classList.contains('flash')) {
+        if (a.className !== `${value} flash`) a.className = `${value} flash`; // its highlight is running
+        continue;
+      }
+      if (a.getAttribute(name) !== value) a.setAttribute(name, value);
+    }
+  }
+
+  function sameKind(a, b) {
+    if (!a || a.nodeType !== b.nodeType) return false;
+    if (a.nodeType === Node.TEXT_NODE) return true;
+    if (a.nodeType !== Node.ELEMENT_NODE || a.tagName !== b.tagName) return false;
+    if (a.getAttribute('data-replace') !== b.getAttribute('data-replace')) return false;
+    if (a.dataset.emoji !== b.dataset.emoji) return false;
+    return (a.classList[0] || '') === (b.classList[0] || '');
   }
 
   function renderMessages(scroll = {}) {
@@ -1116,8 +1610,10 @@
       const status = mine ? sentStatus(c, m, s === lastMine) : null;
       const quote = m.replyTo && m.kind === 'text' ? quoteOf(w, m.replyTo, m.quote) : null;
       items.push({
-        key: `s${s}`, sig: [m.kind, m.body, m.editedAt, reactionsSig(m), status && status.sig, quote && quote.sig].join('|'),
+        key: `s${s}`, sig: [m.kind, m.body, m.editedAt, reactionsSig(m), status && status.sig, status && status.title, quote && quote.sig,
+          m.kind === 'system' ? systemText(c, m) : nameOf(m.senderId)].join('|'),
         build: () => messageItem(c, m, status, quote),
+        update: (e) => morph(e, messageItem(c, m, status, quote)),
       });
     }
     if (!w.hasAfter) {
@@ -1125,7 +1621,8 @@
         if (p.convId !== c.id) continue;
         startDay(p.createdAt);
         const quote = p.replyTo ? quoteOf(w, p.replyTo) : null;
-        items.push({ key: `p${p.clientMsgId}`, sig: `${p.state}|${p.error || ''}|${quote ? quote.sig : ''}`, build: () => pendingItem(c, p, quote) });
+        items.push({ key: `p${p.clientMsgId}`, sig: `${p.state}|${p.error || ''}|${quote ? quote.sig : ''}`, build: () => pendingItem(c, p, quote),
+          update: (e) => morph(e, pendingItem(c, p, quote)) });
       }
     }
     reconcile(ui.list, items);
@@ -1135,12 +1632,20 @@
     ui.list.dataset.hasAfter = String(w.hasAfter);
 
     if (scroll.toSeq) {
-      const target = scroll.divider ? ui.list.querySelector('[data-key="divider"]') : null;
-      const e = target || ui.list.querySelector(`[data-seq="${scroll.toSeq}"]`);
+      // The message, or what opens it: the new-messages line, or its day's separator.
+      const msg = ui.list.querySelector(`:scope > li[data-seq="${scroll.toSeq}"]`);
+      const before = msg && msg.previousElementSibling;
+      const opener = scroll.divider ? ui.list.querySelector('[data-key="divider"]')
+        : scroll.dayStart && before && before.classList.contains('day') ? before : null;
+      const e = opener || msg;
       if (e) {
-        sc.scrollTop += e.getBoundingClientRect().top - sc.getBoundingClientRect().top - (scroll.divider ? 4 : sc.clientHeight / 3);
-        if (scroll.highlight) flash(e);
+        const atTop = scroll.divider || scroll.dayStart;
+        sc.scrollTop += e.getBoundingClientRect().top - sc.getBoundingClientRect().top - (atTop ? 4 : sc.clientHeight / 3);
+        if (scroll.highlight && msg) flash(msg);
       }
+      state.following = nearBottom();
+    } else if (scroll.top) {
+      sc.scrollTop = 0;
       state.following = nearBottom();
     } else if (scroll.bottom) {
       sc.scrollTop = sc.scrollHeight;
@@ -1152,7 +1657,6 @@
     }
     observeMessages();
     updateCue();
-    updateSlider(c);
     renderReplyBar(); // the answered message may have been loaded or deleted meanwhile
     // After layout, look at what the user sees: mark it read, and fetch more if an edge that has
     // more is in view (a short page, or a gap found after a reconnect scrolls nothing).
@@ -1241,7 +1745,7 @@
     }
     if (isLast && c.readBy && c.readBy.seq === m.seq) {
       const n = c.readBy.n;
-      return { sig: `by${n}`, readBy: n, text: `Read by ${n}`, label: `Read by ${n}`, title: c.readBy.readers.join(', ') };
+      return { sig: `by${n}`, readBy: n, text: `Read by ${n}`, label: `Read by ${n}`, title: c.readBy.readers.map(nameOf).join(', ') };
     }
     return { sig: 'sent', text: '✓', label: 'Sent' };
   }
@@ -1280,8 +1784,10 @@
     const preview = previewOf(text);
     if (preview === null) return h('p', { class: 'body', dir: 'auto' }, linkify(text));
     const key = `${convId}:${m.seq}`;
-    const body = h('p', { class: 'body', dir: 'auto', id: `body-${m.seq}` });
-    const toggle = h('button', { type: 'button', class: 'show-more link', 'aria-controls': body.id });
+    // The toggle's listener holds this text: an edit brings a new body and toggle, not a morph.
+    const mark = `${text.length}:${hashText(text)}`;
+    const body = h('p', { class: 'body', dir: 'auto', id: `body-${m.seq}`, 'data-replace': mark });
+    const toggle = h('button', { type: 'button', class: 'show-more link', 'aria-controls': body.id, 'data-replace': mark });
     const show = (expanded) => {
       body.replaceChildren(linkify(expanded ? text : preview));
       toggle.textContent = expanded ? 'Show less' : 'Show more';
@@ -1296,6 +1802,13 @@
     const frag = document.createDocumentFragment();
     frag.append(body, toggle);
     return frag;
+  }
+
+  // hashText is a 32-bit FNV-1a hash of a text, to tell two texts apart without keeping either.
+  function hashText(text) {
+    let x = 0x811c9dc5;
+    for (let i = 0; i < text.length; i++) x = Math.imul(x ^ text.charCodeAt(i), 0x01000193);
+    return (x >>> 0).toString(36);
   }
 
   // linkify turns the http and https addresses in a text into links, built as DOM nodes (never
@@ -1358,7 +1871,7 @@
   function messageItem(c, m, status, quote) {
     const mine = m.senderId === me();
     if (m.kind === 'system') {
-      return h('li', { class: 'msg system', 'data-seq': m.seq }, h('p', { class: 'body', dir: 'auto' }, m.body || ''));
+      return h('li', { class: 'msg system', 'data-seq': m.seq }, h('p', { class: 'body', dir: 'auto' }, systemText(c, m)));
     }
     const attrs = {
       class: `msg ${mine ? 'mine' : 'theirs'}`, 'data-seq': m.seq, 'data-sender': m.senderId,
@@ -1367,14 +1880,14 @@
     if (status && status.read !== undefined) attrs['data-read'] = String(status.read);
     if (status && status.delivered !== undefined) attrs['data-delivered'] = String(status.delivered);
     if (status && status.readBy !== undefined) attrs['data-read-by'] = String(status.readBy);
-    const who = mine ? 'your message' : `message from ${m.senderId}`;
+    const who = mine ? 'your message' : `message from ${nameOf(m.senderId)}`;
     // A tombstone has nothing left to answer or delete: no menu.
     const menuButton = m.kind === 'text' ? h('button', {
       type: 'button', class: 'msg-actions', 'aria-haspopup': 'menu', 'aria-expanded': 'false',
       'aria-controls': 'msg-menu', 'aria-label': `Options for ${who}`,
     }, h('span', { 'aria-hidden': 'true' }, '⋯')) : null;
     const bubble = h('div', { class: 'bubble' },
-      h('span', { class: mine || c.kind === 'dm' ? 'sr-only' : 'sender' }, mine ? 'You' : m.senderId),
+      h('span', { class: mine || c.kind === 'dm' ? 'sr-only' : 'sender' }, mine ? 'You' : nameOf(m.senderId)),
       quote ? quoteItem(quote) : null,
       bodyOf(m, c.id),
       m.kind === 'text' ? reactionChips(m) : null,
@@ -1414,30 +1927,6 @@
         failed ? h('span', { class: 'actions' },
           p.retryable ? h('button', { type: 'button', class: 'retry', onclick: () => attemptSend(p) }, 'Retry') : null,
           h('button', { type: 'button', class: 'discard link', onclick: () => discardPending(p) }, 'Discard')) : null));
-  }
-
-  function updateSlider(c) {
-    const w = openWindow();
-    ui.jump.hidden = c.lastSeq - c.firstSeq < 1;
-    if (ui.jump.hidden || !w) return;
-    ui.slider.min = String(c.firstSeq);
-    ui.slider.max = String(c.lastSeq);
-    if (document.activeElement !== ui.slider) ui.slider.value = String(topVisibleSeq() || w.lo);
-    sliderText();
-  }
-
-  function sliderText() {
-    const text = `Message ${ui.slider.value} of ${ui.slider.max}`;
-    ui.sliderOut.textContent = text;
-    ui.slider.setAttribute('aria-valuetext', text);
-  }
-
-  function topVisibleSeq() {
-    const top = ui.scroller.getBoundingClientRect().top;
-    for (const e of ui.list.children) {
-      if (e.dataset.seq && e.getBoundingClientRect().bottom > top) return Number(e.dataset.seq);
-    }
-    return 0;
   }
 
   // ---- Read cursors and receipts ---------------------------------------------------------------
@@ -1781,7 +2270,10 @@
     const c = state.convs.get(m.conversationId);
     if (m.senderId !== me()) noteReceived(m.conversationId, m.seq);
     if (c && m.kind === 'deleted') c.deletedSeqs.add(m.seq);
+    notePreview(c, m);
     const isNew = c && m.seq > c.lastSeq;
+    const wasHidden = !!(c && c.hidden);
+    if (isNew && c) c.hidden = false;
     // No badge frame comes with a message: unread is derived here, as the server does it (own
     // messages are read).
     if (isNew) {
@@ -1818,9 +2310,10 @@
       renderMessages();
       renderTyping();
     }
+    if (isNew && m.senderId !== me() && !wasHidden) notifyDesktop(c, m);
     if (isNew && m.senderId !== me()) {
-      announce(m.conversationId === state.openId ? `${m.senderId}: ${m.body || 'message deleted'}`
-        : `New message from ${m.senderId}`);
+      announce(m.conversationId === state.openId ? `${nameOf(m.senderId)}: ${m.body || 'message deleted'}`
+        : `New message from ${nameOf(m.senderId)}`);
     }
     renderConvList();
   }
@@ -2149,13 +2642,13 @@
       q = { seq, sender: '', text: 'deleted message', state: 'deleted' };
     } else if (serverQuote) {
       const text = (serverQuote.body || '').replace(/\s+/g, ' ').trim();
-      q = { seq, sender: serverQuote.senderId === me() ? 'You' : serverQuote.senderId, state: 'loaded',
+      q = { seq, sender: serverQuote.senderId === me() ? 'You' : nameOf(serverQuote.senderId), state: 'loaded',
         text: text.length > QUOTE_CHARS ? `${text.slice(0, QUOTE_CHARS).trimEnd()}…` : text };
     } else if (!m) q = { seq, sender: '', text: 'a message', state: 'missing' };
     else if (m.kind === 'deleted') q = { seq, sender: '', text: 'deleted message', state: 'deleted' };
     else {
       const text = (m.body || '').replace(/\s+/g, ' ').trim();
-      q = { seq, sender: m.senderId === me() ? 'You' : m.senderId, state: 'loaded',
+      q = { seq, sender: m.senderId === me() ? 'You' : nameOf(m.senderId), state: 'loaded',
         text: text.length > QUOTE_CHARS ? `${text.slice(0, QUOTE_CHARS).trimEnd()}…` : text };
     }
     q.sig = `${q.state}:${q.sender}:${q.text}`;
@@ -2211,7 +2704,8 @@
     ui.menuGroupInfo.hidden = c.kind !== 'group';
     ui.menuLeave.hidden = c.kind !== 'group';
     ui.menuBlock.hidden = !peer;
-    ui.menuBlock.textContent = state.blocks.has(peer) ? `Unblock ${peer}` : `Block ${peer}`;
+    ui.menuBlock.textContent = state.blocks.has(peer) ? `Unblock ${nameOf(peer)}` : `Block ${nameOf(peer)}`;
+    ui.menuMute.textContent = isMuted(c.id) ? 'Unmute notifications' : 'Mute notifications';
     showMenu(ui.convMenu, ui.convMenuButton);
   }
 
@@ -2258,7 +2752,7 @@
     if (!peer) return;
     if (state.blocks.has(peer)) { await setBlocked(peer, false, showNotice); return; }
     const ok = await confirmAction({
-      title: `Block ${peer}?`,
+      title: `Block ${nameOf(peer)}?`,
       text: 'Neither of you can message the other or add the other to a group until you unblock. They are not told.',
       ok: 'Block',
     });
@@ -2271,11 +2765,11 @@
     try {
       await request({ type: block ? 'block_user' : 'unblock_user', userId });
     } catch (err) {
-      report(failureText(block ? `Could not block ${userId}` : `Could not unblock ${userId}`, err));
+      report(failureText(block ? `Could not block ${nameOf(userId)}` : `Could not unblock ${nameOf(userId)}`, err));
       return false;
     }
     if (block) state.blocks.add(userId); else state.blocks.delete(userId);
-    announce(block ? `${userId} is blocked` : `${userId} is unblocked`);
+    announce(block ? `${nameOf(userId)} is blocked` : `${nameOf(userId)} is unblocked`);
     renderBlocks();
     if (state.openId) showConversation();
     return true;
@@ -2306,26 +2800,52 @@
     ui.groupInfo.showModal();
     renderGroupInfo(); // after showModal: it renders only an open panel
     ui.addMembersInput.focus();
+    requestGroupPresence();
   }
 
-  // renderGroupInfo updates the open panel in place (a member joined or left meanwhile); it closes
-  // when the user is no longer in the group.
+  // requestGroupPresence asks who of the open panel's members is online (a group of more than 32
+  // gets no presence pushes, so this is how its panel learns); pushes keep small groups current.
+  async function requestGroupPresence() {
+    const c = state.convs.get(groupInfoId);
+    if (!c || !conn.live) return;
+    const others = c.members.filter((u) => u !== me());
+    for (let i = 0; i < others.length; i += PRESENCE_BATCH) {
+      const ids = others.slice(i, i + PRESENCE_BATCH);
+      try {
+        applyPresenceList(ids, await request({ type: 'presence', userIds: ids }));
+      } catch {
+        return; // a nicety; the next opening asks again
+      }
+    }
+    renderGroupInfo();
+  }
+
+  // renderGroupInfo updates the open panel in place (a member joined or left meanwhile, someone
+  // came online); it closes when the user is no longer in the group. Only the group's creator
+  // (createdBy) may remove others, so only the creator's panel offers Remove.
   function renderGroupInfo() {
     if (!ui.groupInfo.open) return;
     const c = state.convs.get(groupInfoId);
     if (!c) { ui.groupInfo.close(); return; }
     ui.groupInfoTitle.textContent = convTitle(c);
     ui.groupMembersHeading.textContent = `${c.members.length} member${c.members.length === 1 ? '' : 's'}`;
-    // The page cannot tell who created the group (the conversation frame does not say), so every
-    // member gets Remove and the server's refusal is shown for those who may not.
-    reconcile(ui.groupMemberList, c.members.map((u) => ({
-      key: u,
-      sig: u === me() ? 'me' : 'other',
-      build: () => h('li', { class: 'member', 'data-user': u },
-        h('span', { class: 'avatar', 'aria-hidden': 'true' }, u.slice(0, 1).toUpperCase()),
-        h('span', { class: 'member-name' }, u === me() ? `${u} (you)` : u),
-        u === me() ? null : h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${u} from the group`, onclick: () => removeMember(u) }, 'Remove')),
-    })));
+    const iCreated = !!c.createdBy && c.createdBy === me();
+    reconcile(ui.groupMemberList, c.members.map((u) => {
+      const presence = u === me() ? '' : presenceText(u);
+      const creator = u === c.createdBy;
+      const canRemove = iCreated && u !== me();
+      return {
+        key: u,
+        sig: [u === me(), presence, creator, canRemove, nameOf(u)].join('|'),
+        build: () => h('li', { class: 'member', 'data-user': u },
+          h('span', { class: 'avatar', 'aria-hidden': 'true', 'data-initial': initial(nameOf(u)) }),
+          h('span', { class: 'member-text' },
+            h('span', { class: 'member-name', dir: 'auto' }, u === me() ? `${nameOf(u)} (you)` : nameOf(u)),
+            creator || presence ? h('span', { class: 'member-presence muted small', 'data-presence': presence },
+              [creator ? 'created the group' : '', presence].filter(Boolean).join(' · ')) : null),
+          canRemove ? h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${nameOf(u)} from the group`, onclick: () => removeMember(u) }, 'Remove') : null),
+      };
+    }));
   }
 
   async function addMembers(ev) {
@@ -2348,18 +2868,18 @@
     const c = state.convs.get(groupInfoId);
     if (!c) return;
     const ok = await confirmAction({
-      title: `Remove ${userId}?`,
-      text: `${userId} leaves ${convTitle(c)} and stops getting its messages.`,
+      title: `Remove ${nameOf(userId)}?`,
+      text: `${nameOf(userId)} leaves ${convTitle(c)} and stops getting its messages.`,
       ok: 'Remove',
     });
     if (!ok) return;
     ui.groupInfoError.textContent = '';
     try {
       await request({ type: 'remove_member', conversationId: c.id, userId });
-      announce(`Removed ${userId}`);
+      announce(`Removed ${nameOf(userId)}`);
       refreshListSoon();
     } catch (err) {
-      ui.groupInfoError.textContent = failureText(`Could not remove ${userId}`, err);
+      ui.groupInfoError.textContent = failureText(`Could not remove ${nameOf(userId)}`, err);
     }
   }
 
@@ -2371,9 +2891,13 @@
     ui.receiptsStatus.textContent = '';
     ui.presenceSwitch.checked = localStorage.getItem(PRESENCE_KEY + me()) !== 'hidden';
     ui.presenceStatus.textContent = '';
+    ui.notifySwitch.checked = notifyOn();
+    ui.notifyStatus.textContent = '';
+    ui.nameInput.value = state.auth.name || '';
+    ui.nameStatus.textContent = '';
     renderBlocks();
     ui.settings.showModal();
-    ui.receiptsSwitch.focus();
+    ui.nameInput.focus();
     if (conn.live) loadBlocks();
   }
 
@@ -2411,6 +2935,99 @@
     }
   }
 
+  // ---- Desktop notifications ------------------------------------------------------------------
+
+  // "Notify me" (settings) asks the browser's permission from the switch's own click, the user
+  // gesture browsers want. While it is on and the tab is hidden, a message of someone else brings
+  // a desktop notification, one per conversation (a newer one replaces it); a click on it focuses
+  // the tab with that conversation open. Muted conversations, and one that comes back after
+  // "Delete for me", never notify; system messages and deletions neither.
+  const notifications = new Map(); // conversation id -> the notification it shows
+
+  const notifySupported = () => typeof window.Notification === 'function';
+  const notifyOn = () => notifySupported() && Notification.permission === 'granted' && localStorage.getItem(NOTIFY_KEY + me()) === 'on';
+
+  async function setNotify() {
+    const want = ui.notifySwitch.checked;
+    ui.settingsError.textContent = '';
+    if (!want) {
+      localStorage.removeItem(NOTIFY_KEY + me());
+      ui.notifyStatus.textContent = 'You are not notified.';
+      return;
+    }
+    if (!notifySupported()) {
+      ui.notifySwitch.checked = false;
+      ui.notifyStatus.textContent = 'This browser cannot show notifications.';
+      return;
+    }
+    let permission = Notification.permission;
+    if (permission === 'default') {
+      ui.notifySwitch.disabled = true;
+      ui.notifyStatus.textContent = 'Waiting for the browser\'s permission…';
+      try {
+        permission = await Notification.requestPermission();
+      } catch {
+        permission = 'denied';
+      } finally {
+        ui.notifySwitch.disabled = false;
+      }
+    }
+    if (permission !== 'granted') {
+      ui.notifySwitch.checked = false;
+      ui.notifyStatus.textContent = 'Notifications are blocked for this page in the browser\'s settings.';
+      return;
+    }
+    localStorage.setItem(NOTIFY_KEY + me(), 'on');
+    ui.notifyStatus.textContent = 'You are notified of new messages while this tab is hidden.';
+  }
+
+  function mutedSet() {
+    try { return new Set(JSON.parse(localStorage.getItem(MUTED_KEY + me())) || []); } catch { return new Set(); }
+  }
+
+  const isMuted = (id) => mutedSet().has(id);
+
+  function toggleMute() {
+    const c = openConv();
+    closeMenus();
+    if (!c) return;
+    const muted = mutedSet();
+    if (muted.has(c.id)) muted.delete(c.id); else muted.add(c.id);
+    localStorage.setItem(MUTED_KEY + me(), JSON.stringify([...muted]));
+    announce(muted.has(c.id) ? `${convTitle(c)} muted` : `${convTitle(c)} unmuted`);
+    renderConvList();
+  }
+
+  function notifyDesktop(c, m) {
+    if (!c || m.kind !== 'text' || document.visibilityState !== 'hidden' || !notifyOn() || isMuted(c.id)) return;
+    const title = c.kind === 'group' ? `${nameOf(m.senderId)} in ${convTitle(c)}` : nameOf(m.senderId);
+    const text = (m.body || '').replace(/\s+/g, ' ').trim();
+    let n;
+    try {
+      n = new Notification(title, {
+        body: text.length > NOTIFY_BODY_CHARS ? `${text.slice(0, NOTIFY_BODY_CHARS)}…` : text,
+        tag: c.id, // a newer message of the conversation replaces its notification
+      });
+    } catch {
+      return; // a platform that allows only service-worker notifications
+    }
+    notifications.set(c.id, n);
+    n.onclick = () => {
+      window.focus();
+      n.close();
+      if (state.convs.has(c.id)) openConversation(c.id, { focus: true });
+    };
+    n.onclose = () => { if (notifications.get(c.id) === n) notifications.delete(c.id); };
+  }
+
+  // closeNotification takes away the notification of a conversation the user has opened.
+  function closeNotification(id) {
+    const n = notifications.get(id);
+    if (!n) return;
+    notifications.delete(id);
+    n.close();
+  }
+
   // ---- Presence -------------------------------------------------------------------------------
 
   // Presence is pushed for DM peers (and small groups) when it changes; the page asks for the open
@@ -2419,12 +3036,17 @@
     const peer = dmPeer(openConv());
     if (!peer || !conn.live) return;
     request({ type: 'presence', userIds: [peer] }).then((r) => {
-      const answered = new Set();
-      for (const p of r.presence || []) { state.presence.set(p.userId, p); answered.add(p.userId); }
-      // Left out: they hide their presence, or share no conversation any more.
-      if (!answered.has(peer)) state.presence.delete(peer);
+      applyPresenceList([peer], r);
       if (dmPeer(openConv()) === peer) showConversation();
     }).catch(() => { /* a nicety; the next push or reconnect tells */ });
+  }
+
+  // applyPresenceList keeps the answer to a presence request for the users asked about.
+  function applyPresenceList(asked, r) {
+    const answered = new Set();
+    for (const p of r.presence || []) { state.presence.set(p.userId, p); answered.add(p.userId); }
+    // Left out: they hide their presence, or share no conversation any more.
+    for (const u of asked) if (!answered.has(u)) state.presence.delete(u);
   }
 
   function onPresence(f) {
@@ -2432,6 +3054,7 @@
     if (f.online || f.lastSeen) state.presence.set(f.userId, f);
     else state.presence.delete(f.userId); // offline with no time: they now hide it
     if (dmPeer(openConv()) === f.userId) showConversation();
+    renderGroupInfo();
   }
 
   // presenceText is "online", "last seen <time>", or nothing when it is not known or hidden.
@@ -2447,10 +3070,10 @@
     ui.blockedEmpty.hidden = ids.length > 0;
     reconcile(ui.blockedList, ids.map((u) => ({
       key: u,
-      sig: u,
+      sig: nameOf(u),
       build: () => h('li', { class: 'member', 'data-user': u },
-        h('span', { class: 'member-name' }, u),
-        h('button', { type: 'button', class: 'link unblock', 'aria-label': `Unblock ${u}`, onclick: () => unblockFromSettings(u) }, 'Unblock')),
+        h('span', { class: 'member-name', dir: 'auto' }, nameOf(u)),
+        h('button', { type: 'button', class: 'link unblock', 'aria-label': `Unblock ${nameOf(u)}`, onclick: () => unblockFromSettings(u) }, 'Unblock')),
     })));
   }
 
@@ -2504,6 +3127,8 @@
   ui.editCancel.addEventListener('click', () => cancelEdit());
   ui.msgMenu.addEventListener('click', reactFromMenu);
   ui.presenceSwitch.addEventListener('change', setPresenceShown);
+  ui.notifySwitch.addEventListener('change', setNotify);
+  ui.menuMute.addEventListener('click', toggleMute);
   ui.replyCancel.addEventListener('click', cancelReply);
   ui.addMembersForm.addEventListener('submit', addMembers);
   ui.receiptsSwitch.addEventListener('change', setReceipts);
@@ -2513,7 +3138,7 @@
   document.addEventListener('pointerdown', (e) => {
     if (openMenu.el && !openMenu.el.contains(e.target) && !(openMenu.trigger && openMenu.trigger.contains(e.target))) closeMenus();
   });
-  for (const d of [ui.groupInfo, ui.settings]) {
+  for (const d of [ui.groupInfo, ui.settings, ui.jumpPicker]) {
     d.addEventListener('click', (e) => {
       // The close button, or a click on the backdrop: the dialog element itself, outside its box.
       const r = d.getBoundingClientRect();
@@ -2530,6 +3155,12 @@
   ui.list.addEventListener('contextmenu', (e) => { if (press.fired || press.timer) e.preventDefault(); });
   ui.reconnectNow.addEventListener('click', () => { conn.attempt = 0; connect(); });
   ui.dmForm.addEventListener('submit', openDM);
+  ui.dmUser.addEventListener('input', onFindInput);
+  ui.dmUser.addEventListener('keydown', onFindKey);
+  ui.dmUser.addEventListener('blur', () => setTimeout(() => { if (document.activeElement !== ui.dmUser) closeFind(); }, 150));
+  ui.dmResults.addEventListener('pointerdown', (e) => e.preventDefault()); // keep the focus in the box
+  ui.dmResults.addEventListener('click', onFindPick);
+  ui.nameForm.addEventListener('submit', saveName);
   ui.groupForm.addEventListener('submit', createGroup);
   ui.composer.addEventListener('submit', submitMessage);
   ui.input.addEventListener('input', onInput);
@@ -2539,8 +3170,10 @@
   });
   ui.back.addEventListener('click', () => { closeConversation(); ui.convList.querySelector('button')?.focus(); });
   ui.jumpLatest.addEventListener('click', jumpToLatest);
-  ui.slider.addEventListener('input', sliderText);
-  ui.slider.addEventListener('change', () => jumpTo(Number(ui.slider.value)));
+  ui.jumpButton.addEventListener('click', openJumpPicker);
+  ui.jumpForm.addEventListener('submit', confirmJump);
+  // Picking a date chooses "a date"; the arrows of the radio group only choose, never jump.
+  ui.jumpDate.addEventListener('input', () => { ui.jumpForm.elements.target.value = 'date'; });
   ui.scroller.addEventListener('scroll', () => {
     // The menu floats where its message was: once the message has moved away, close it. A small
     // move (a new message followed at the bottom) leaves it open.
@@ -2548,8 +3181,6 @@
     state.following = nearBottom();
     maybeLoadMore();
     updateCue();
-    const c = openConv();
-    if (c && document.activeElement !== ui.slider) updateSlider(c);
   }, { passive: true });
   document.addEventListener('keydown', (e) => {
     if (e.defaultPrevented) return;
