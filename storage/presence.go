@@ -31,6 +31,12 @@ type presenceDoc struct {
 
 func presenceID(userID, node string) string { return userID + "|" + node }
 
+// lastSeenNode is the Node of the one record per user that is no connection: its Since is when the
+// user's last connection anywhere closed. It lives here, not on the account, because it is written
+// in the background, and FerretDB makes an update a read-modify-write of the whole document: a
+// lastSeen written on the account could undo a rename or a privacy change made at the same moment.
+const lastSeenNode = ""
+
 // MarkOnline records that node holds a connection of userID (its first one there) and returns
 // every node that does now. Repeating it changes nothing.
 func (s *Store) MarkOnline(ctx context.Context, userID, node string, at time.Time) (_ []string, err error) {
@@ -55,7 +61,7 @@ func (s *Store) MarkOffline(ctx context.Context, userID, node string) (_ []strin
 }
 
 func (s *Store) onlineNodes(ctx context.Context, userID string) ([]string, error) {
-	docs, err := s.presenceDocs(ctx, bson.D{{Key: "userId", Value: userID}})
+	docs, err := s.presenceDocs(ctx, bson.D{{Key: "userId", Value: userID}, {Key: "node", Value: bson.D{{Key: "$ne", Value: lastSeenNode}}}})
 	if err != nil {
 		return nil, err
 	}
@@ -81,8 +87,11 @@ func (s *Store) presenceDocs(ctx context.Context, filter bson.D) ([]presenceDoc,
 // SetLastSeen records when a user's last connection anywhere closed; it only moves forward.
 func (s *Store) SetLastSeen(ctx context.Context, userID string, at time.Time) (err error) {
 	defer s.metrics.observe(opSetLastSeen, time.Now(), &err)
-	_, err = s.users.UpdateOne(ctx, bson.D{{Key: "_id", Value: userID}},
-		bson.D{{Key: "$max", Value: bson.D{{Key: "lastSeen", Value: at}}}})
+	_, err = s.presence.UpdateOne(ctx, bson.D{{Key: "_id", Value: presenceID(userID, lastSeenNode)}},
+		bson.D{
+			{Key: "$max", Value: bson.D{{Key: "since", Value: at}}},
+			{Key: "$setOnInsert", Value: bson.D{{Key: "userId", Value: userID}, {Key: "node", Value: lastSeenNode}}},
+		}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
 		return fmt.Errorf("set last seen of %s: %w", userID, err)
 	}
@@ -90,7 +99,7 @@ func (s *Store) SetLastSeen(ctx context.Context, userID string, at time.Time) (e
 }
 
 // PresenceOf returns the presence of each user of userIDs whose account exists: two reads,
-// whatever the number of users.
+// whatever the number of users (the accounts, for hidePresence, and the presence records).
 func (s *Store) PresenceOf(ctx context.Context, userIDs []string) (_ map[string]Presence, err error) {
 	defer s.metrics.observe(opPresenceOf, time.Now(), &err)
 	cur, err := s.users.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: userIDs}}}, notDeleted},
@@ -111,10 +120,19 @@ func (s *Store) PresenceOf(ctx context.Context, userIDs []string) (_ map[string]
 		return nil, err
 	}
 	for _, d := range docs {
-		if p, ok := out[d.UserID]; ok {
-			p.Nodes = append(p.Nodes, d.Node)
-			out[d.UserID] = p
+		p, ok := out[d.UserID]
+		if !ok {
+			continue // no account
 		}
+		switch {
+		case d.Node == lastSeenNode:
+			if p.LastSeen == nil || d.Since.After(*p.LastSeen) {
+				p.LastSeen = &d.Since
+			}
+		default:
+			p.Nodes = append(p.Nodes, d.Node)
+		}
+		out[d.UserID] = p
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -96,4 +97,46 @@ func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+// TestLastSeenNeverUndoesARename: the last-seen time, written in the background when a user's last
+// connection closes, and a rename made at that moment both stay. (On the account document they
+// raced: FerretDB makes each update a read-modify-write of the whole document, and the rename
+// was undone.)
+func TestLastSeenNeverUndoesARename(t *testing.T) {
+	s := testenv.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.EnsureUser(ctx, storage.User{ID: "mary", Name: "Mary", CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	seen := time.Now().UTC().Truncate(time.Millisecond)
+	for i := range 30 {
+		name := fmt.Sprintf("Mary %d", i)
+		var wg sync.WaitGroup
+		var renameErr, seenErr error
+		wg.Go(func() { renameErr = s.SetName(ctx, "mary", name) })
+		wg.Go(func() { seenErr = s.SetLastSeen(ctx, "mary", seen.Add(time.Duration(i)*time.Second)) })
+		wg.Wait()
+		if renameErr != nil || seenErr != nil {
+			t.Fatal(renameErr, seenErr)
+		}
+		u, err := s.User(ctx, "mary")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Name != name {
+			t.Fatalf("round %d: the account says %q after renaming it to %q beside a last-seen write", i, u.Name, name)
+		}
+	}
+	p, err := s.PresenceOf(ctx, []string{"mary"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p["mary"].LastSeen; got == nil || !got.Equal(seen.Add(29*time.Second)) {
+		t.Errorf("last seen %v; want the latest written, %v", got, seen.Add(29*time.Second))
+	}
+	if len(p["mary"].Nodes) != 0 {
+		t.Errorf("the last-seen record counts as a node: %v", p["mary"].Nodes)
+	}
 }

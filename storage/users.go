@@ -28,7 +28,8 @@ type User struct {
 	HideReceipts bool      `bson:"hideReceipts"`
 	HidePresence bool      `bson:"hidePresence,omitempty"`
 	CreatedAt    time.Time `bson:"createdAt"`
-	// LastSeen is when the user's last connection anywhere closed.
+	// LastSeen is when the user's last connection anywhere closed, as accounts stored it before
+	// it moved to the presence collection (SetLastSeen); PresenceOf still reads it.
 	LastSeen *time.Time `bson:"lastSeen,omitempty"`
 	// TokensValidAfter, if set, refuses the user's tokens issued before it (a revocation).
 	TokensValidAfter *time.Time `bson:"tokensValidAfter,omitempty"`
