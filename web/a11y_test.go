@@ -201,4 +201,15 @@ func TestAccessibility(t *testing.T) {
 		alice.checkAccessibility(axe, "phone-list-"+scheme)
 		alice.checkTapTargets("phone-list-" + scheme)
 	}
+
+	// The new-group form on the phone, with bob found by name and picked: a chip and its button.
+	alice.do("open the new-group form", chromedp.Click(chromedp.CSS("#group-details summary")),
+		chromedp.SendKeys(chromedp.ID("group-members"), "bo"))
+	alice.waitFor("bob found", `document.querySelectorAll('#group-results li.person').length === 1`)
+	alice.checkAccessibility(axe, "phone-group-found-dark")
+	alice.checkTapTargets("phone-group-found-dark")
+	alice.do("pick bob", pressKey("ArrowDown", 40, ""), pressKey("Enter", 13, "\r"))
+	alice.waitFor("bob's chip", `document.querySelectorAll('#group-picked > li').length === 1 && document.getElementById('group-results').hidden`)
+	alice.checkAccessibility(axe, "phone-group-picked-dark")
+	alice.checkTapTargets("phone-group-picked-dark")
 }

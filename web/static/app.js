@@ -67,7 +67,8 @@
     editBar: $('edit-bar'), editCancel: $('edit-cancel'),
     presenceSwitch: $('presence-switch'), presenceStatus: $('presence-status'),
     nameForm: $('name-form'), nameInput: $('name-input'), nameStatus: $('name-status'),
-    dmResults: $('dm-results'),
+    dmResults: $('dm-results'), groupPicked: $('group-picked'), groupResults: $('group-results'),
+    addPicked: $('add-picked'), addResults: $('add-results'), blockResults: $('block-results'),
     notifySwitch: $('notify-switch'), notifyStatus: $('notify-status'), menuMute: $('menu-mute'), favicon: $('favicon'),
     replyBar: $('reply-bar'), replySender: $('reply-sender'), replyText: $('reply-text'), replyCancel: $('reply-cancel'),
     confirm: $('confirm'), confirmTitle: $('confirm-title'), confirmText: $('confirm-text'),
@@ -250,6 +251,8 @@
       renderMessages();
     }
     renderBlocks();
+    groupPicks.render();
+    addPicks.render();
   }
   const openConv = () => state.convs.get(state.openId);
   const openWindow = () => state.windows.get(state.openId);
@@ -318,7 +321,9 @@
     state.blocks.clear();
     state.presence.clear();
     state.names.clear();
-    closeFind();
+    for (const f of [dmFinder, groupFinder, addFinder, blockFinder]) f.close();
+    groupPicks.clear();
+    addPicks.clear();
     state.editing = null;
     state.openId = null;
     state.total = 0;
@@ -915,16 +920,9 @@
   async function openDM(ev) {
     ev.preventDefault();
     ui.sidebarError.textContent = '';
-    const typed = ui.dmUser.value.trim();
-    if (!typed) return;
-    const active = find.users[find.active];
-    const exact = find.query === typed ? find.users.filter((u) => u.name.toLowerCase() === typed.toLowerCase()) : [];
-    let peer = active ? active.userId : exact.length === 1 ? exact[0].userId : '';
-    if (!peer) {
-      const id = userIdOf(typed);
-      if (!USER_ID.test(id)) { ui.sidebarError.textContent = 'Pick someone from the list, or type a user id.'; return; }
-      peer = id;
-    }
+    if (!ui.dmUser.value.trim()) return;
+    const peer = dmFinder.chosen();
+    if (!peer) { ui.sidebarError.textContent = PICK_SOMEONE; return; }
     await openDMWith(peer);
   }
 
@@ -934,7 +932,7 @@
       const r = await request({ type: 'open_dm', userId: peer });
       onConversation(r.conversation);
       ui.dmUser.value = '';
-      closeFind();
+      dmFinder.close();
       openConversation(r.conversation.id, { focus: true });
     } catch (err) {
       ui.sidebarError.textContent = errorText(err);
@@ -943,85 +941,157 @@
 
   // ---- Find a person ---------------------------------------------------------------------------
 
-  // The "Message a user" box is a combobox: typing a name (a word of it, from its start) lists up
-  // to 20 people (find_users) under it; the arrow keys move through them, Enter or a click opens
-  // the DM with the one chosen, Escape closes the list. A user id can still be typed and sent.
-  const find = { timer: null, query: '', users: [], active: -1, seq: 0 };
+  const PICK_SOMEONE = 'Pick someone from the list, or type a user id.';
 
-  function onFindInput() {
-    clearTimeout(find.timer);
-    const q = ui.dmUser.value.trim();
-    if (!q) { closeFind(); return; }
-    find.timer = setTimeout(() => runFind(q), FIND_DEBOUNCE_MS);
-  }
+  // personFinder makes a text box a combobox that finds people by name: typing a name (a word of
+  // it, from its start) lists up to 20 people (find_users) in the listbox results; the arrow keys
+  // move through them, Enter or a click picks one (onPick), Escape closes the list. A user id can
+  // still be typed: chosen() says who the box means. skip(userId) leaves people out of the list
+  // (those already picked or in the group). "Message a user", the group forms and "Block a user"
+  // each have one.
+  function personFinder({ input, results, onPick, skip = () => false }) {
+    const f = { timer: null, query: '', users: [], active: -1, seq: 0, picked: null };
 
-  async function runFind(q) {
-    const mySeq = ++find.seq;
-    let r;
-    try {
-      r = await request({ type: 'find_users', query: q });
-    } catch {
-      return; // typing an id still works; the next keystroke asks again
+    function onInput() {
+      clearTimeout(f.timer);
+      f.picked = null;
+      const q = input.value.trim();
+      if (!q) { close(); return; }
+      f.timer = setTimeout(() => run(q), FIND_DEBOUNCE_MS);
     }
-    if (mySeq !== find.seq || ui.dmUser.value.trim() !== q) return; // typed on meanwhile
-    const users = (r.users || []).filter((u) => !u.deleted && u.userId !== me());
-    for (const u of users) state.names.set(u.userId, { name: u.name || '' });
-    find.query = q;
-    find.users = users;
-    find.active = -1;
-    renderFind();
-  }
 
-  function renderFind() {
-    const open = !!find.query;
-    ui.dmResults.hidden = !open;
-    ui.dmUser.setAttribute('aria-expanded', String(open));
-    if (!open) { ui.dmResults.replaceChildren(); ui.dmUser.removeAttribute('aria-activedescendant'); return; }
-    if (!find.users.length) {
-      ui.dmResults.replaceChildren(h('li', { class: 'people-empty muted', role: 'option', 'aria-disabled': 'true' }, `No one found for "${find.query}"`));
-      ui.dmUser.removeAttribute('aria-activedescendant');
-      return;
+    async function run(q) {
+      const mySeq = ++f.seq;
+      let r;
+      try {
+        r = await request({ type: 'find_users', query: q });
+      } catch {
+        return; // typing an id still works; the next keystroke asks again
+      }
+      if (mySeq !== f.seq || input.value.trim() !== q) return; // typed on meanwhile
+      const users = (r.users || []).filter((u) => !u.deleted && u.userId !== me());
+      for (const u of users) state.names.set(u.userId, { name: u.name || '' });
+      f.query = q;
+      f.users = users.filter((u) => !skip(u.userId));
+      f.active = -1;
+      render();
     }
-    ui.dmResults.replaceChildren(...find.users.map((u, i) => h('li', {
-      role: 'option', id: `dm-option-${i}`, class: 'person', 'data-user': u.userId, 'aria-selected': String(i === find.active),
-    }, h('span', { class: 'avatar', 'aria-hidden': 'true', 'data-initial': initial(u.name || u.userId) }),
-    h('span', { class: 'person-name', dir: 'auto' }, u.name || u.userId),
-    h('span', { class: 'person-id muted small' }, u.userId))));
-    if (find.active >= 0) {
-      ui.dmUser.setAttribute('aria-activedescendant', `dm-option-${find.active}`);
-      document.getElementById(`dm-option-${find.active}`)?.scrollIntoView({ block: 'nearest' });
-    } else {
-      ui.dmUser.removeAttribute('aria-activedescendant');
+
+    function render() {
+      const open = !!f.query;
+      results.hidden = !open;
+      input.setAttribute('aria-expanded', String(open));
+      if (!open) { results.replaceChildren(); input.removeAttribute('aria-activedescendant'); return; }
+      if (!f.users.length) {
+        results.replaceChildren(h('li', { class: 'people-empty muted', role: 'option', 'aria-disabled': 'true' }, `No one found for "${f.query}"`));
+        input.removeAttribute('aria-activedescendant');
+        return;
+      }
+      results.replaceChildren(...f.users.map((u, i) => h('li', {
+        role: 'option', id: `${results.id}-${i}`, class: 'person', 'data-user': u.userId, 'aria-selected': String(i === f.active),
+      }, h('span', { class: 'avatar', 'aria-hidden': 'true', 'data-initial': initial(u.name || u.userId) }),
+      h('span', { class: 'person-name', dir: 'auto' }, u.name || u.userId),
+      h('span', { class: 'person-id muted small' }, u.userId))));
+      if (f.active >= 0) {
+        input.setAttribute('aria-activedescendant', `${results.id}-${f.active}`);
+        document.getElementById(`${results.id}-${f.active}`)?.scrollIntoView({ block: 'nearest' });
+      } else {
+        input.removeAttribute('aria-activedescendant');
+      }
     }
+
+    function close() {
+      clearTimeout(f.timer);
+      f.seq++;
+      f.query = '';
+      f.users = [];
+      f.active = -1;
+      render();
+    }
+
+    // pick hands the person chosen to onPick; the box shows their name, which chosen() then means.
+    function pick(u) {
+      f.picked = u;
+      input.value = u.name || u.userId;
+      close();
+      onPick(u);
+    }
+
+    function onKey(e) {
+      if (e.key === 'Escape' && f.query) { e.preventDefault(); close(); return; }
+      if (e.key === 'Enter' && f.users[f.active]) { e.preventDefault(); pick(f.users[f.active]); return; }
+      if ((e.key !== 'ArrowDown' && e.key !== 'ArrowUp') || !f.users.length) return;
+      e.preventDefault();
+      const n = f.users.length;
+      f.active = e.key === 'ArrowDown' ? (f.active + 1) % n : (f.active - 1 + n) % n;
+      render();
+    }
+
+    function onClick(e) {
+      const li = e.target.closest('li.person');
+      const u = li && f.users.find((x) => x.userId === li.dataset.user);
+      if (u) pick(u);
+    }
+
+    // named is the person the box names: the one picked, else the one found whose name is
+    // exactly what was typed; '' when neither.
+    function named() {
+      const typed = input.value.trim();
+      if (!typed) return '';
+      if (f.picked && (f.picked.name || f.picked.userId) === typed) return f.picked.userId;
+      const exact = f.query === typed ? f.users.filter((u) => u.name.toLowerCase() === typed.toLowerCase()) : [];
+      return exact.length === 1 ? exact[0].userId : '';
+    }
+
+    // chosen is the user id the box means: the person it names, else the user id typed (lower
+    // case, spaces as -); '' when neither.
+    function chosen() {
+      const id = userIdOf(input.value);
+      return named() || (USER_ID.test(id) ? id : '');
+    }
+
+    input.addEventListener('input', onInput);
+    input.addEventListener('keydown', onKey);
+    input.addEventListener('blur', () => setTimeout(() => { if (document.activeElement !== input) close(); }, 150));
+    results.addEventListener('pointerdown', (e) => e.preventDefault()); // keep the focus in the box
+    results.addEventListener('click', onClick);
+    return { close, named, chosen };
   }
 
-  function closeFind() {
-    clearTimeout(find.timer);
-    find.seq++;
-    find.query = '';
-    find.users = [];
-    find.active = -1;
-    renderFind();
+  // pickedPeople shows the people picked for a group form as chips (display name and a remove
+  // button) in list, above the finder's box; ids() is what the form sends.
+  function pickedPeople(list, input) {
+    const ids = [];
+    function render() {
+      list.hidden = !ids.length;
+      reconcile(list, ids.map((u) => ({
+        key: u,
+        sig: nameOf(u),
+        build: () => h('li', { class: 'picked-person', 'data-user': u },
+          h('span', { class: 'person-name', dir: 'auto' }, nameOf(u)),
+          h('button', { type: 'button', class: 'link unpick', 'aria-label': `Remove ${nameOf(u)}`, onclick: () => remove(u) }, '×')),
+      })));
+    }
+    function remove(u) {
+      ids.splice(ids.indexOf(u), 1);
+      render();
+      input.focus();
+    }
+    return {
+      ids: () => [...ids],
+      has: (u) => ids.includes(u),
+      add(u) { if (!ids.includes(u)) ids.push(u); input.value = ''; render(); input.focus(); },
+      clear() { ids.length = 0; render(); },
+      render,
+    };
   }
 
-  function onFindKey(e) {
-    if (e.key === 'Escape' && find.query) { e.preventDefault(); closeFind(); return; }
-    if ((e.key !== 'ArrowDown' && e.key !== 'ArrowUp') || !find.users.length) return;
-    e.preventDefault();
-    const n = find.users.length;
-    find.active = e.key === 'ArrowDown' ? (find.active + 1) % n : (find.active - 1 + n) % n;
-    renderFind();
-  }
-
-  function onFindPick(e) {
-    const li = e.target.closest('li.person');
-    if (!li) return;
-    const i = find.users.findIndex((u) => u.userId === li.dataset.user);
-    if (i < 0) return;
-    find.active = i;
-    ui.dmUser.value = find.users[i].name || find.users[i].userId;
-    ui.sidebarError.textContent = '';
-    openDMWith(find.users[i].userId);
+  // membersTyped is who a group form means: the people picked, and whoever its box still names
+  // (the person found by that name, else user ids, comma or space separated).
+  function membersTyped(picked, finder, input) {
+    const one = finder.named();
+    const typed = one ? [one] : input.value.split(/[,\s]+/).map(userIdOf).filter(Boolean);
+    return [...new Set([...picked.ids(), ...typed])];
   }
 
   // ---- Your name ----------------------------------------------------------------------------
@@ -1046,12 +1116,14 @@
   async function createGroup(ev) {
     ev.preventDefault();
     ui.sidebarError.textContent = '';
-    const members = ui.groupMembers.value.split(/[,\s]+/).map(userIdOf).filter(Boolean);
+    const members = membersTyped(groupPicks, groupFinder, ui.groupMembers);
+    if (!members.length) { ui.sidebarError.textContent = PICK_SOMEONE; ui.groupMembers.focus(); return; }
     try {
       const r = await request({ type: 'create_group', name: ui.groupName.value.trim(), members });
       onConversation(r.conversation);
       ui.groupName.value = '';
       ui.groupMembers.value = '';
+      groupPicks.clear();
       ui.groupDetails.open = false;
       openConversation(r.conversation.id, { focus: true });
     } catch (err) {
@@ -2795,6 +2867,7 @@
     const c = openConv();
     closeMenus();
     if (!c || c.kind !== 'group') return;
+    if (groupInfoId !== c.id) { addPicks.clear(); ui.addMembersInput.value = ''; } // picked for another group
     groupInfoId = c.id;
     ui.groupInfoError.textContent = '';
     ui.groupInfo.showModal();
@@ -2851,16 +2924,19 @@
   async function addMembers(ev) {
     ev.preventDefault();
     const c = state.convs.get(groupInfoId);
-    const members = ui.addMembersInput.value.split(/[,\s]+/).map(userIdOf).filter(Boolean);
-    if (!c || !members.length) return;
+    const members = membersTyped(addPicks, addFinder, ui.addMembersInput);
+    if (!c) return;
     ui.groupInfoError.textContent = '';
+    if (!members.length) { ui.groupInfoError.textContent = PICK_SOMEONE; ui.addMembersInput.focus(); return; }
+    const who = members.map(nameOf).join(', ');
     try {
       await request({ type: 'add_members', conversationId: c.id, members });
-      ui.addMembersInput.value = ''; // kept on a refusal, to be corrected
-      announce(`Added ${members.join(', ')}`);
+      ui.addMembersInput.value = ''; // the box and the chips are kept on a refusal, to be corrected
+      addPicks.clear();
+      announce(`Added ${who}`);
       refreshListSoon(); // the members, also if the system message is slow to come
     } catch (err) {
-      ui.groupInfoError.textContent = failureText(`Could not add ${members.join(', ')}`, err);
+      ui.groupInfoError.textContent = failureText(`Could not add ${who}`, err);
     }
   }
 
@@ -3084,10 +3160,11 @@
 
   async function blockFromSettings(ev) {
     ev.preventDefault();
-    const userId = userIdOf(ui.blockUser.value);
+    if (!ui.blockUser.value.trim()) return;
+    const userId = blockFinder.chosen();
+    ui.settingsError.textContent = userId ? '' : PICK_SOMEONE;
     if (!userId) return;
-    ui.settingsError.textContent = '';
-    if (await setBlocked(userId, true, (t) => { ui.settingsError.textContent = t; })) ui.blockUser.value = '';
+    if (await setBlocked(userId, true, (t) => { ui.settingsError.textContent = t; })) { ui.blockUser.value = ''; blockFinder.close(); }
   }
 
   // signOutHere forgets this device's sign-in; unsent messages would go with it, so it asks first.
@@ -3155,11 +3232,17 @@
   ui.list.addEventListener('contextmenu', (e) => { if (press.fired || press.timer) e.preventDefault(); });
   ui.reconnectNow.addEventListener('click', () => { conn.attempt = 0; connect(); });
   ui.dmForm.addEventListener('submit', openDM);
-  ui.dmUser.addEventListener('input', onFindInput);
-  ui.dmUser.addEventListener('keydown', onFindKey);
-  ui.dmUser.addEventListener('blur', () => setTimeout(() => { if (document.activeElement !== ui.dmUser) closeFind(); }, 150));
-  ui.dmResults.addEventListener('pointerdown', (e) => e.preventDefault()); // keep the focus in the box
-  ui.dmResults.addEventListener('click', onFindPick);
+  // Each box that names a person finds people by name. Picking in "Message a user" opens the
+  // DM; in a group form it adds a chip; in "Block a user" it fills the box for Block to confirm.
+  const dmFinder = personFinder({ input: ui.dmUser, results: ui.dmResults, onPick: (u) => { ui.sidebarError.textContent = ''; openDMWith(u.userId); } });
+  const groupPicks = pickedPeople(ui.groupPicked, ui.groupMembers);
+  const groupFinder = personFinder({ input: ui.groupMembers, results: ui.groupResults, onPick: (u) => groupPicks.add(u.userId), skip: (u) => groupPicks.has(u) });
+  const addPicks = pickedPeople(ui.addPicked, ui.addMembersInput);
+  const addFinder = personFinder({
+    input: ui.addMembersInput, results: ui.addResults, onPick: (u) => addPicks.add(u.userId),
+    skip: (u) => addPicks.has(u) || !!state.convs.get(groupInfoId)?.members.includes(u),
+  });
+  const blockFinder = personFinder({ input: ui.blockUser, results: ui.blockResults, onPick: () => { ui.settingsError.textContent = ''; } });
   ui.nameForm.addEventListener('submit', saveName);
   ui.groupForm.addEventListener('submit', createGroup);
   ui.composer.addEventListener('submit', submitMessage);
