@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/node"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
@@ -288,15 +289,11 @@ func TestReactionLimits(t *testing.T) {
 // the edit that follows it (edits reach every member).
 func TestLargeGroupReactionCostsTwoWritesAndReachesOnlyFocusedSockets(t *testing.T) {
 	const members = 5000
-	storeCfg := testenv.StoreConfig(t)
-	store := testenv.OpenStore(t, storeCfg)
-	env := testenv.Env{NATSURL: testenv.NATS(t), MongoURI: storeCfg.URI, Database: storeCfg.Database}
-	rec := &testenv.CommandRecorder{}
-	cfg := env.NodeConfig()
-	cfg.Sequencer.Partitions = rtPartitions
-	cfg.ReadWindow = time.Minute // no cursor flush among the writes counted
-	cfg.StoreMonitor = rec.Monitor()
-	n := testenv.StartNode(t, cfg)
+	env, n, rec := monitoredNode(t, func(cfg *node.Config) {
+		cfg.Sequencer.Partitions = rtPartitions
+		cfg.ReadWindow = time.Minute // no cursor flush among the writes counted
+	})
+	store := testenv.OpenStore(t, storage.Config{URI: env.MongoURI, Database: env.Database})
 	ctx := ctxT(t, 2*time.Minute)
 
 	ids := []string{"alice", "bob", "carol"}
@@ -329,11 +326,8 @@ func TestLargeGroupReactionCostsTwoWritesAndReachesOnlyFocusedSockets(t *testing
 		t.Fatalf("react: %v", err)
 	}
 	var writes []string
-	for _, c := range rec.Commands("", "") {
-		switch c.Name {
-		case "insert", "update", "delete", "findAndModify":
-			writes = append(writes, c.Name+" "+c.Collection)
-		}
+	for _, c := range rec.Writes("") {
+		writes = append(writes, c.Name+" "+c.Collection)
 	}
 	if !slices.Equal(writes, []string{"update conversations", "update messages"}) {
 		t.Errorf("a reaction in a %d-member group wrote %v; want one update of the conversation, then one of the message", members, writes)

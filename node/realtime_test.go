@@ -1094,12 +1094,9 @@ func TestRealtimeBadgeCountsNoOwnSends(t *testing.T) {
 // rtCursorWritesOf returns the recorded writes on the read cursors that name user.
 func rtCursorWritesOf(rec *testenv.CommandRecorder, user string) []testenv.Command {
 	var out []testenv.Command
-	for _, c := range rec.Commands("", "readCursors") {
-		switch c.Name {
-		case "update", "insert", "findAndModify", "delete":
-			if bytes.Contains(c.Body, []byte(user)) {
-				out = append(out, c)
-			}
+	for _, c := range rec.Writes("readCursors") {
+		if bytes.Contains(c.Body, []byte(user)) {
+			out = append(out, c)
 		}
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/node"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
@@ -21,14 +22,8 @@ import (
 // store, shows.
 func TestSendsCostTwoStoreWritesPerBatch(t *testing.T) {
 	const senders, each = 20, 5
-	storeCfg := testenv.StoreConfig(t)
-	store := testenv.OpenStore(t, storeCfg)
-	env := testenv.Env{NATSURL: testenv.NATS(t), MongoURI: storeCfg.URI, Database: storeCfg.Database}
-	rec := &testenv.CommandRecorder{}
-	cfg := env.NodeConfig()
-	cfg.Sequencer.Partitions = rtPartitions
-	cfg.StoreMonitor = rec.Monitor()
-	n := testenv.StartNode(t, cfg)
+	env, n, rec := monitoredNode(t, func(cfg *node.Config) { cfg.Sequencer.Partitions = rtPartitions })
+	store := testenv.OpenStore(t, storage.Config{URI: env.MongoURI, Database: env.Database})
 	ctx := ctxT(t, 2*time.Minute)
 
 	ids := make([]string, senders)
@@ -72,11 +67,8 @@ func TestSendsCostTwoStoreWritesPerBatch(t *testing.T) {
 		t.Fatalf("receipts: %v", err)
 	}
 	writes := map[string]int{}
-	for _, c := range rec.Commands("", "") {
-		switch c.Name {
-		case "insert", "update", "delete", "findAndModify":
-			writes[c.Name+" "+c.Collection]++
-		}
+	for _, c := range rec.Writes("") {
+		writes[c.Name+" "+c.Collection]++
 	}
 	inserts, updates := writes["insert messages"], writes["update conversations"]
 	t.Logf("%d sends from %d senders: %d batches (inserts), store writes %v", senders*each, senders, inserts, writes)

@@ -45,6 +45,19 @@ func (r *CommandRecorder) Commands(name, collection string) []Command {
 	return out
 }
 
+// Writes returns the recorded commands that write (insert, update, delete, findAndModify) to
+// collection ("" for any).
+func (r *CommandRecorder) Writes(collection string) []Command {
+	var out []Command
+	for _, c := range r.Commands("", collection) {
+		switch c.Name {
+		case "insert", "update", "delete", "findAndModify":
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // Reset forgets what was recorded.
 func (r *CommandRecorder) Reset() {
 	r.mu.Lock()
