@@ -57,3 +57,26 @@ func TestClickSurvivesRedraw(t *testing.T) {
 	bob.do("release on the menu button", mouseAt(input.DispatchMouseEventTypeMouseReleased, button))
 	bob.waitFor("the message menu open", `!document.getElementById('msg-menu').hidden && document.activeElement === document.getElementById('msg-reply')`)
 }
+
+// TestRemoveSurvivesPresenceChange: alice, who created the group, presses the mouse on Remove
+// beside carol in the group-info panel; before she lets go carol signs out, and her row changes to
+// "last seen"; the release still completes the click: the confirm step opens, and once alice
+// confirms, bob sees carol removed.
+func TestRemoveSurvivesPresenceChange(t *testing.T) {
+	_, alice, bob, carol := threeInAGroup(t, "Team")
+	alice.convMenu("menu-group-info")
+	row := `#group-member-list > li[data-user="carol"]`
+	alice.waitFor("carol online in the panel", fmt.Sprintf(`document.querySelector(%q)?.dataset.presence === 'online'`, row+" .member-presence"))
+
+	remove := row + " .remove-member"
+	alice.do("press on Remove", mouseAt(input.DispatchMouseEventTypeMouseMoved, remove), mouseAt(input.DispatchMouseEventTypeMousePressed, remove))
+	// Signing out closes carol's only socket (leaving for another address may keep it, in the
+	// back-forward cache).
+	carol.do("open the settings", chromedp.Click(chromedp.ID("open-settings")))
+	carol.do("sign out", chromedp.Click(chromedp.ID("sign-out")))
+	alice.waitFor("carol's row saying she was last seen, while alice holds the button",
+		fmt.Sprintf(`(document.querySelector(%q)?.dataset.presence || '').startsWith('last seen')`, row+" .member-presence"))
+	alice.do("release on Remove", mouseAt(input.DispatchMouseEventTypeMouseReleased, remove))
+	alice.confirm("Remove carol", true)
+	bob.waitFor("bob sees carol removed", systemShown("alice removed carol"))
+}

@@ -2907,16 +2907,20 @@
       const presence = u === me() ? '' : presenceText(u);
       const creator = u === c.createdBy;
       const canRemove = iCreated && u !== me();
+      const build = () => h('li', { class: 'member', 'data-user': u },
+        h('span', { class: 'avatar', 'aria-hidden': 'true', 'data-initial': initial(nameOf(u)) }),
+        h('span', { class: 'member-text' },
+          h('span', { class: 'member-name', dir: 'auto' }, u === me() ? `${nameOf(u)} (you)` : nameOf(u)),
+          creator || presence ? h('span', { class: 'member-presence muted small', 'data-presence': presence },
+            [creator ? 'created the group' : '', presence].filter(Boolean).join(' · ')) : null),
+        canRemove ? h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${nameOf(u)} from the group`, onclick: () => removeMember(u) }, 'Remove') : null);
       return {
         key: u,
         sig: [u === me(), presence, creator, canRemove, nameOf(u)].join('|'),
-        build: () => h('li', { class: 'member', 'data-user': u },
-          h('span', { class: 'avatar', 'aria-hidden': 'true', 'data-initial': initial(nameOf(u)) }),
-          h('span', { class: 'member-text' },
-            h('span', { class: 'member-name', dir: 'auto' }, u === me() ? `${nameOf(u)} (you)` : nameOf(u)),
-            creator || presence ? h('span', { class: 'member-presence muted small', 'data-presence': presence },
-              [creator ? 'created the group' : '', presence].filter(Boolean).join(' · ')) : null),
-          canRemove ? h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${nameOf(u)} from the group`, onclick: () => removeMember(u) }, 'Remove') : null),
+        build,
+        // In place, like messages: a press on Remove before a presence change and the release
+        // after it still make a click.
+        update: (e) => morph(e, build()),
       };
     }));
   }
