@@ -116,8 +116,11 @@ func threeInAGroup(t *testing.T, name string) (n *testenv.Node, alice, bob, caro
 	t.Helper()
 	env := testenv.NewEnv(t)
 	n = testenv.StartNode(t, env.NodeConfig())
-	ps := newBrowser(t).signedIn(n.URL(), "alice", "bob", "carol")
-	alice, bob, carol = ps[0], ps[1], ps[2]
+	b := newBrowser(t)
+	alice, bob, carol = b.newPage("alice"), b.newPage("bob"), b.newPage("carol")
+	for _, p := range []*page{alice, bob, carol} {
+		p.signIn(n.URL(), p.name)
+	}
 	alice.createGroup(name, "bob", "carol")
 	bob.clickConversation(name)
 	carol.clickConversation(name)
@@ -346,8 +349,11 @@ func TestDeleteConversationForMe(t *testing.T) {
 func TestGroupInfoMembers(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
-	ps := newBrowser(t).signedIn(n.URL(), "alice", "bob", "carol")
-	alice, bob, carol := ps[0], ps[1], ps[2]
+	b := newBrowser(t)
+	alice, bob, carol := b.newPage("alice"), b.newPage("bob"), b.newPage("carol")
+	for _, p := range []*page{alice, bob, carol} {
+		p.signIn(n.URL(), p.name)
+	}
 	alice.createGroup("Team", "bob")
 	bob.clickConversation("Team")
 

@@ -31,9 +31,10 @@ func chipsIn(list string) string {
 func TestFindPeopleForGroups(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
-	ps := newBrowser(t).signedIn(n.URL(), "Alice", "Mary Jane", "José", "Zoë")
-	alice, mary, jose, zoe := ps[0], ps[1], ps[2], ps[3]
-	for _, p := range ps {
+	b := newBrowser(t)
+	alice, mary, jose, zoe := b.newPage("Alice"), b.newPage("Mary Jane"), b.newPage("José"), b.newPage("Zoë")
+	for _, p := range []*page{alice, mary, jose, zoe} {
+		p.signIn(n.URL(), p.name)
 		p.waitFor("the page greeting "+p.name, fmt.Sprintf(`document.getElementById('me').textContent === %q`, p.name))
 	}
 	maryID, joseID, zoeID := idOf(t, "Mary Jane"), idOf(t, "José"), idOf(t, "Zoë")

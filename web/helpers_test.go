@@ -248,17 +248,6 @@ func (p *page) open(baseURL string) {
 	p.waitFor("the page to start", `!document.getElementById('login-view').hidden || !document.getElementById('chat-view').hidden`)
 }
 
-// signedIn opens a tab per display name and signs each in on baseURL, in order.
-func (b *browser) signedIn(baseURL string, names ...string) []*page {
-	b.t.Helper()
-	pages := make([]*page, len(names))
-	for i, name := range names {
-		pages[i] = b.newPage(name)
-		pages[i].signIn(baseURL, name)
-	}
-	return pages
-}
-
 // signIn opens the page, signs in with a display name and waits until the page is connected.
 func (p *page) signIn(baseURL, name string) {
 	p.t.Helper()

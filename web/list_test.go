@@ -38,8 +38,11 @@ func listOrderIs(titles ...string) string {
 func TestConversationListPreviews(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
-	ps := newBrowser(t).signedIn(n.URL(), "alice", "bob", "carol")
-	alice, bob, carol := ps[0], ps[1], ps[2]
+	b := newBrowser(t)
+	alice, bob, carol := b.newPage("alice"), b.newPage("bob"), b.newPage("carol")
+	for _, p := range []*page{alice, bob, carol} {
+		p.signIn(n.URL(), p.name)
+	}
 	alice.createGroup("Team", "bob", "carol")
 	bob.clickConversation("Team")
 	bob.typeMessage("lunch at noon?", true)

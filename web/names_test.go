@@ -41,9 +41,10 @@ func lastSeqShown(p *page) int64 {
 func TestDisplayNames(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
-	ps := newBrowser(t).signedIn(n.URL(), "José", "Zoë", "李雷")
-	jose, zoe, lilei := ps[0], ps[1], ps[2]
-	for _, p := range ps {
+	b := newBrowser(t)
+	jose, zoe, lilei := b.newPage("José"), b.newPage("Zoë"), b.newPage("李雷")
+	for _, p := range []*page{jose, zoe, lilei} {
+		p.signIn(n.URL(), p.name)
 		p.waitFor("the page greeting "+p.name, fmt.Sprintf(`document.getElementById('me').textContent === %q`, p.name))
 	}
 	joseID, zoeID := idOf(t, "José"), idOf(t, "Zoë")
