@@ -57,6 +57,11 @@ type fakeStore struct {
 	// afterBlocked, when set, runs after Blocked has read and before it answers, outside the
 	// lock, so a test can block or unblock while a send waits for the store.
 	afterBlocked func(a, b string)
+	// beforePresence, when set, runs at the start of MarkOnline and MarkOffline, outside the
+	// lock, so a test can hold the presence writer up; presenceWrites lists those calls made, as
+	// "online <user>" or "offline <user>".
+	beforePresence func(ctx context.Context)
+	presenceWrites []string
 }
 
 var _ Store = (*fakeStore)(nil)
@@ -296,9 +301,13 @@ func (f *fakeStore) SetHidePresence(_ context.Context, userID string, hide bool)
 	return nil
 }
 
-func (f *fakeStore) MarkOnline(_ context.Context, userID, node string, _ time.Time) ([]string, error) {
+func (f *fakeStore) MarkOnline(ctx context.Context, userID, node string, _ time.Time) ([]string, error) {
+	if f.beforePresence != nil {
+		f.beforePresence(ctx)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.presenceWrites = append(f.presenceWrites, "online "+userID)
 	if f.online[userID] == nil {
 		f.online[userID] = make(map[string]bool)
 	}
@@ -306,9 +315,13 @@ func (f *fakeStore) MarkOnline(_ context.Context, userID, node string, _ time.Ti
 	return f.onlineNodesLocked(userID), nil
 }
 
-func (f *fakeStore) MarkOffline(_ context.Context, userID, node string) ([]string, error) {
+func (f *fakeStore) MarkOffline(ctx context.Context, userID, node string) ([]string, error) {
+	if f.beforePresence != nil {
+		f.beforePresence(ctx)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.presenceWrites = append(f.presenceWrites, "offline "+userID)
 	delete(f.online[userID], node)
 	return f.onlineNodesLocked(userID), nil
 }
@@ -1201,7 +1214,7 @@ func newTestServiceWith(t *testing.T, cfg Config, engineCfg fanout.Config) *test
 		for _, c := range conns {
 			svc.Close(c) // closing twice is harmless: the engine no longer knows the connection
 		}
-		svc.Stop()
+		svc.Stop(ctx)
 		cancel()
 	})
 	return ts

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
@@ -41,32 +42,122 @@ func (u *onlineUser) hidesPresence() bool {
 }
 
 // presenceJob is a presence record to write: a user's first connection here opened (online) or
-// their last one here closed. A job with written set writes nothing and closes it: everything
-// queued before it is written (awaitPresence).
+// their last one here closed.
 type presenceJob struct {
-	uid     string
-	u       *onlineUser
-	online  bool
-	written chan struct{}
+	uid    string
+	u      *onlineUser
+	online bool
 }
 
-// recordPresences writes presence records one at a time, in the order connections came and went,
-// until Stop. Off the connect path and one at a time, because presence may lag by a moment while
-// the store is needed elsewhere: in a reconnect storm after a node dies, the new owners' reads and
-// the reconnecting users' loads come first (recording presence inside Open cost the owner-crash
-// failover about a second of store time).
-func (s *Service) recordPresences() {
-	defer close(s.presenceDone)
-	for job := range s.presenceJobs {
-		if job.written != nil {
-			close(job.written)
-			continue
+// presenceQueue holds the presence records waiting to be written, at most one per user: a newer
+// change of a user replaces the waiting one (online, then offline before the writer got to it,
+// is written as offline). So a connect or a disconnect never waits for the store, however far
+// behind the writer is (5,000 users connecting took their records minutes to write on the
+// embedded store, and a bounded channel made the 5,000 disconnects after them wait that long),
+// and the queue is bounded by the users who came or went.
+type presenceQueue struct {
+	mu      sync.Mutex
+	waiting map[string]presenceJob
+	order   []string      // the users with a waiting job, oldest first
+	wake    chan struct{} // one token: something waits
+	writing bool          // the writer holds a job it took
+	idle    []chan struct{}
+	stopped bool // Stop was called: nothing more is queued
+}
+
+func newPresenceQueue() *presenceQueue {
+	return &presenceQueue{waiting: make(map[string]presenceJob), wake: make(chan struct{}, 1)}
+}
+
+// put queues job, replacing a waiting job of the same user; after stop it drops it (a stopping
+// node's records are left out through its lease once it is gone).
+func (q *presenceQueue) put(job presenceJob) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return
+	}
+	if _, ok := q.waiting[job.uid]; !ok {
+		q.order = append(q.order, job.uid)
+	}
+	q.waiting[job.uid] = job
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the oldest waiting job. With none it reports false and releases awaitIdle.
+func (q *presenceQueue) take() (presenceJob, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.order) == 0 {
+		q.order, q.writing = nil, false
+		for _, ch := range q.idle {
+			close(ch)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
+		q.idle = nil
+		return presenceJob{}, false
+	}
+	uid := q.order[0]
+	q.order = q.order[1:]
+	job := q.waiting[uid]
+	delete(q.waiting, uid)
+	q.writing = true
+	return job, true
+}
+
+// awaitIdle returns a channel closed once nothing waits and the writer has finished what it took.
+func (q *presenceQueue) awaitIdle() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ch := make(chan struct{})
+	if len(q.order) == 0 && !q.writing {
+		close(ch)
+		return ch
+	}
+	q.idle = append(q.idle, ch)
+	return ch
+}
+
+// stop ends queueing; it reports whether this call did (rather than an earlier one).
+func (q *presenceQueue) stop() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	first := !q.stopped
+	q.stopped = true
+	return first
+}
+
+// recordPresences writes presence records one at a time, oldest change first, until Stop. Off
+// the connect path and one at a time, because presence may lag by a moment while the store is
+// needed elsewhere: in a reconnect storm after a node dies, the new owners' reads and the
+// reconnecting users' loads come first (recording presence inside Open cost the owner-crash
+// failover about a second of store time). After Stop it writes what waits, until ctx ends.
+func (s *Service) recordPresences(ctx context.Context) {
+	defer close(s.presenceDone)
+	for ctx.Err() == nil {
+		job, ok := s.presence.take()
+		if !ok {
+			select {
+			case <-s.presence.wake:
+				continue
+			case <-s.presenceStopped:
+				select {
+				case <-s.presence.wake: // queued just before the stop
+					continue
+				default:
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+		opCtx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 		if job.online {
-			s.cameOnline(ctx, job.uid, job.u)
+			s.cameOnline(opCtx, job.uid, job.u)
 		} else {
-			s.wentOffline(ctx, job.uid, job.u)
+			s.wentOffline(opCtx, job.uid, job.u)
 		}
 		cancel()
 	}
@@ -75,16 +166,23 @@ func (s *Service) recordPresences() {
 // awaitPresence returns once the presence records queued before it are written (and their
 // events published), so a caller that needs them done (a test's next step) can wait for them.
 func (s *Service) awaitPresence() {
-	written := make(chan struct{})
-	s.presenceJobs <- presenceJob{written: written}
-	<-written
+	<-s.presence.awaitIdle()
 }
 
-// Stop ends the presence writer once the records queued so far are written. Call it after the
-// node's last connection has closed.
-func (s *Service) Stop() {
-	close(s.presenceJobs)
-	<-s.presenceDone
+// Stop ends the presence writer: it stops queueing records and writes those waiting until ctx
+// ends (a dead node's records are left out through its lease anyway). Call it after the node's
+// last connection has closed. A second call waits as the first did.
+func (s *Service) Stop(ctx context.Context) {
+	if s.presence.stop() {
+		close(s.presenceStopped)
+	}
+	select {
+	case <-s.presenceDone:
+	case <-ctx.Done():
+		s.log.Warn().Err(ctx.Err()).Msg("presence records left unwritten at shutdown")
+		s.cancelPresence()
+		<-s.presenceDone
+	}
 }
 
 // cameOnline records a user's first connection on this node and, if no other live node holds

@@ -145,14 +145,13 @@ type Service struct {
 	// most MaxConcurrentSyncReads: a reconnect storm queues here rather than in the store.
 	syncReads chan struct{}
 
-	// presenceJobs feeds recordPresences, which closes presenceDone when Stop has closed it.
-	presenceJobs chan presenceJob
-	presenceDone chan struct{}
+	// presence feeds recordPresences, which closes presenceDone once presenceStopped is closed
+	// and nothing waits, or when cancelPresence ends it.
+	presence        *presenceQueue
+	presenceStopped chan struct{}
+	presenceDone    chan struct{}
+	cancelPresence  context.CancelFunc
 }
-
-// presenceQueue bounds the presence records waiting to be written; a connect or disconnect waits
-// for room beyond it (thousands at once: a reconnect storm much larger than the store keeps up with).
-const presenceQueue = 4096
 
 // messageRange is one exact range read, the key under which identical reads are merged.
 type messageRange struct {
@@ -219,8 +218,10 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, engine *fano
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
 		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads), deleted: newDeletions()}
 	s.syncRanges = newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, s.admitSyncRange)
-	s.presenceJobs, s.presenceDone = make(chan presenceJob, presenceQueue), make(chan struct{})
-	go s.recordPresences()
+	s.presence, s.presenceStopped, s.presenceDone = newPresenceQueue(), make(chan struct{}), make(chan struct{})
+	var presenceCtx context.Context
+	presenceCtx, s.cancelPresence = context.WithCancel(context.Background())
+	go s.recordPresences(presenceCtx)
 	for i := range s.users {
 		s.users[i].m = make(map[string]*onlineUser)
 	}
@@ -281,7 +282,7 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 		u.loadErr = s.load(ctx, uid, u)
 		close(u.loaded)
 		if u.loadErr == nil {
-			s.presenceJobs <- presenceJob{uid: uid, u: u, online: true}
+			s.presence.put(presenceJob{uid: uid, u: u, online: true})
 		}
 	}
 	select {
@@ -361,7 +362,7 @@ func (s *Service) Close(c Conn) {
 		s.log.Warn().Err(err).Str("user", uid).Msg("write read cursors on disconnect")
 	}
 	if u != nil && u.loadErr == nil && isClosed(u.loaded) {
-		s.presenceJobs <- presenceJob{uid: uid, u: u}
+		s.presence.put(presenceJob{uid: uid, u: u})
 	}
 }
 

@@ -351,7 +351,9 @@ func (n *Node) stopParts() {
 		if n.chat != nil {
 			close(n.stopResync)
 			<-n.resyncDone
-			n.chat.Stop() // its last presence records, while the store is still there
+			ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			n.chat.Stop(ctx) // its last presence records, while the store is still there
+			cancel()
 		}
 		n.bus.Close()
 	}

@@ -1,0 +1,80 @@
+package chat
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// within fails the test if fn has not returned after d, saying what it was doing.
+func within(t *testing.T, d time.Duration, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %s", what, d)
+	}
+}
+
+// A store that has fallen behind on presence records must not hold up anybody's connect or
+// disconnect: thousands of them while the presence writer is stuck all return, and each user's
+// changes meanwhile are written as one record, their last.
+func TestPresenceNeverHoldsUpConnects(t *testing.T) {
+	ts := newTestService(t)
+	release := make(chan struct{})
+	ts.store.beforePresence = func(ctx context.Context) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
+	const cycles = 2000 // 10,000 records queued: more than any fixed queue of the old writer
+	within(t, 30*time.Second, "connecting and disconnecting while the presence writer is stuck", func() {
+		for range cycles {
+			for _, u := range users {
+				c := &fakeConn{user: u}
+				if _, err := ts.svc.Open(ts.ctx, c); err != nil {
+					t.Errorf("open %s: %v", u, err)
+					return
+				}
+				ts.svc.Close(c)
+			}
+		}
+	})
+	close(release)
+	within(t, 30*time.Second, "writing the waiting presence records", ts.svc.awaitPresence)
+
+	ts.store.mu.Lock()
+	writes := slices.Clone(ts.store.presenceWrites)
+	ts.store.mu.Unlock()
+	// The first record was taken before the writer got stuck; after it, one per user, the last.
+	if len(writes) > 1+len(users) {
+		t.Fatalf("%d presence records written for %d users, want at most %d: %q", len(writes), len(users), 1+len(users), writes)
+	}
+	for _, u := range users {
+		if !slices.Contains(writes, "offline "+u) {
+			t.Errorf("%s's last change, offline, was not written: %q", u, writes)
+		}
+	}
+}
+
+// Stop gives up on a store that does not answer once its context ends, and a connection that
+// closes after it (a session still ending at shutdown) neither panics nor waits.
+func TestStopDoesNotWaitForAStuckStore(t *testing.T) {
+	ts := newTestService(t)
+	ts.store.beforePresence = func(ctx context.Context) { <-ctx.Done() }
+	c := &fakeConn{user: "alice"}
+	if _, err := ts.svc.Open(ts.ctx, c); err != nil {
+		t.Fatalf("open alice: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	within(t, 10*time.Second, "Stop with the store stuck", func() { ts.svc.Stop(ctx) })
+	within(t, 10*time.Second, "a close after Stop", func() { ts.svc.Close(c) })
+}
