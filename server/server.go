@@ -221,14 +221,20 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		s.cfg.Metrics.refused(reasonUpgrade)
 		return
 	}
-	s.sessions.Add(1)
-	defer s.sessions.Done()
 	// The session logs its refusals and cuts; with the remote address they can be traced.
 	sess := session.New(conn, userID, s.cfg.Session, s.limits, s.log.With().Str("remote", r.RemoteAddr).
 		Str("forwardedFor", r.Header.Get("X-Forwarded-For")).Logger())
-	if err := sess.Serve(s.sessionCtx, s.router); err != nil {
-		s.log.Warn().Err(err).Str("user", userID).Msg("session ended")
-	}
+	// The session runs on a goroutine of its own and this handler returns: the connection is
+	// hijacked, so net/http lets go of the request, its response buffer and the handler's deep
+	// stack, which an idle socket would otherwise keep for its whole life (docs/BENCHMARKS.md,
+	// "Memory per idle connection"). Shutdown waits for the session through s.sessions.
+	s.sessions.Add(1)
+	go func() {
+		defer s.sessions.Done()
+		if err := sess.Serve(s.sessionCtx, s.router); err != nil {
+			s.log.Warn().Err(err).Str("user", userID).Msg("session ended")
+		}
+	}()
 }
 
 type loginRequest struct {

@@ -188,7 +188,8 @@ func (s *Session) startWriter() {
 		return
 	}
 	q.writing = true
-	s.writers.Go(s.writeLoop)
+	s.writers.Add(1)
+	go s.writeLoop() // not writers.Go(s.writeLoop): that allocates twice per start, this once
 }
 
 // openOutbox lets writers run once Opened succeeded, and starts one for what was queued

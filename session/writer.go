@@ -16,6 +16,7 @@ import (
 // ephemeral frames waiting, so a stream of pushes cannot starve typing and badges nor the other
 // way round. Once the session is closing it flushes and sends the close frame (finish).
 func (s *Session) writeLoop() {
+	defer s.writers.Done()
 	for {
 		switch s.out.nextRound() {
 		case roundWrite:
