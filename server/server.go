@@ -222,8 +222,8 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The session logs its refusals and cuts; with the remote address they can be traced.
-	sess := session.New(conn, userID, s.cfg.Session, s.limits, s.log.With().Str("remote", r.RemoteAddr).
-		Str("forwardedFor", r.Header.Get("X-Forwarded-For")).Logger())
+	sess := session.New(conn, userID, session.Peer{Addr: r.RemoteAddr, ForwardedFor: r.Header.Get("X-Forwarded-For")},
+		s.cfg.Session, s.limits, s.log)
 	// The session runs on a goroutine of its own and this handler returns: the connection is
 	// hijacked, so net/http lets go of the request, its response buffer and the handler's deep
 	// stack, which an idle socket would otherwise keep for its whole life (docs/BENCHMARKS.md,

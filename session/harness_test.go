@@ -110,7 +110,7 @@ func startServer(t *testing.T, o serverOptions) *server {
 		serving.Add(1)
 		defer serving.Done()
 		// As the server does, so that tests see the remote address in the session's logs.
-		s := session.New(conn, r.URL.Query().Get("user"), o.cfg, o.limits, log.With().Str("remote", r.RemoteAddr).Logger())
+		s := session.New(conn, r.URL.Query().Get("user"), session.Peer{Addr: r.RemoteAddr}, o.cfg, o.limits, log)
 		if err := s.Serve(context.Background(), h); err != nil {
 			t.Errorf("serve: %v", err)
 		}

@@ -113,7 +113,7 @@ func TestMetricsCountSessionsRefusedAtOpen(t *testing.T) {
 			served <- err
 			return
 		}
-		served <- session.New(conn, "alice", cfg, nil, zerolog.Nop()).Serve(context.Background(), refusingHandler{})
+		served <- session.New(conn, "alice", session.Peer{}, cfg, nil, zerolog.Nop()).Serve(context.Background(), refusingHandler{})
 	}))
 	defer hs.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/protocol"
 )
@@ -37,7 +38,7 @@ func (s *Session) readLoop(h Handler) {
 			case errors.Is(err, websocket.ErrMessageTooBig):
 				s.Close(websocket.StatusMessageTooBig, "") // the library has sent this code
 			default:
-				s.log.Debug().Err(err).Msg("read")
+				s.logAt(zerolog.DebugLevel).Err(err).Msg("read")
 				s.Close(websocket.StatusAbnormalClosure, "")
 			}
 			return
@@ -121,7 +122,7 @@ func (s *Session) start(h Handler, f protocol.ClientFrame) {
 func (s *Session) handle(ctx context.Context, h Handler, f protocol.ClientFrame) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.log.Error().Interface("panic", p).Str("type", f.Type).Bytes("stack", debug.Stack()).Msg("handle frame panicked")
+			s.logAt(zerolog.ErrorLevel).Interface("panic", p).Str("type", f.Type).Bytes("stack", debug.Stack()).Msg("handle frame panicked")
 			s.Close(websocket.StatusInternalError, "internal error")
 		}
 	}()
@@ -131,7 +132,7 @@ func (s *Session) handle(ctx context.Context, h Handler, f protocol.ClientFrame)
 	}
 	pe := protocol.AsError(err)
 	if pe.Code == protocol.CodeInternal {
-		s.log.Error().Err(err).Str("type", f.Type).Msg("handle frame")
+		s.logAt(zerolog.ErrorLevel).Err(err).Str("type", f.Type).Msg("handle frame")
 	}
 	s.answerError(ctx, f.ID, pe)
 }
@@ -190,7 +191,7 @@ func (r *refusals) flush(s *Session) {
 
 func (r *refusals) write(s *Session) {
 	total := r.total()
-	s.log.Info().Int64("refused", total-r.logged).Int64("refusedFrames", r.frames).
+	s.logAt(zerolog.InfoLevel).Int64("refused", total-r.logged).Int64("refusedFrames", r.frames).
 		Int64("refusedSends", r.sends).Int64("refusedInFlight", r.inFlight).Msg("refused frames")
 	r.logged = total
 }

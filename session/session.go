@@ -57,7 +57,8 @@ type Session struct {
 	userID string
 	conn   *websocket.Conn
 	cfg    Config
-	log    zerolog.Logger
+	log    zerolog.Logger // shared; logAt adds the session's fields to each line
+	peer   Peer
 	limits *Limits // nil: per-user budgets are this connection's own
 
 	// Read side; the limiters and refusal counts are used by the reader goroutine only.
@@ -82,9 +83,15 @@ type Session struct {
 	closeMsg  string
 }
 
-// New wraps an accepted connection of userID. Sessions of one user that share limits share
-// that user's send and frame budgets; with nil limits every budget is this connection's own.
-func New(conn *websocket.Conn, userID string, cfg Config, limits *Limits, log zerolog.Logger) *Session {
+// Peer is where a connection comes from, as the session's log lines name it.
+type Peer struct {
+	Addr         string // the remote address of the connection
+	ForwardedFor string // X-Forwarded-For, as set by a load balancer; may be empty
+}
+
+// New wraps an accepted connection of userID from peer. Sessions of one user that share limits
+// share that user's send and frame budgets; with nil limits every budget is this connection's own.
+func New(conn *websocket.Conn, userID string, peer Peer, cfg Config, limits *Limits, log zerolog.Logger) *Session {
 	cfg = cfg.withDefaults()
 	id := uuid.NewString()
 	conn.SetReadLimit(cfg.ReadLimit)
@@ -94,7 +101,8 @@ func New(conn *websocket.Conn, userID string, cfg Config, limits *Limits, log ze
 		userID: userID,
 		conn:   conn,
 		cfg:    cfg,
-		log:    log.With().Str("session", id).Str("user", userID).Logger(),
+		log:    log,
+		peer:   peer,
 		limits: limits,
 		frames: limiter(cfg.FrameRate, cfg.FrameBurst),
 		abuse:  limiter(cfg.AbuseRate, cfg.AbuseBurst),
@@ -136,6 +144,22 @@ func (s *Session) closeWith(code websocket.StatusCode, reason string) bool {
 	return won
 }
 
+// logAt starts a log line of the session at level, or returns nil (on which zerolog's Event
+// methods do nothing) when the level is off. The line names the session, the user and the peer,
+// added per line rather than kept in a logger context of the session's own: a context costs
+// every idle socket half a kibibyte, and sessions log rarely.
+func (s *Session) logAt(level zerolog.Level) *zerolog.Event {
+	ev := s.log.WithLevel(level)
+	if ev == nil {
+		return nil
+	}
+	ev = ev.Str("session", s.id).Str("user", s.userID).Str("remote", s.peer.Addr)
+	if s.peer.ForwardedFor != "" {
+		ev = ev.Str("forwardedFor", s.peer.ForwardedFor)
+	}
+	return ev
+}
+
 // cutLog returns a warn event for a session the server cuts (code says why), carrying the user,
 // the session and what the caller of New put in the logger (the server puts the remote address).
 // It returns nil, on which zerolog's Event methods do nothing, when the cut lines of the sessions
@@ -145,7 +169,7 @@ func (s *Session) cutLog(code websocket.StatusCode) *zerolog.Event {
 	if !ok {
 		return nil
 	}
-	ev := s.log.Warn().Int("closeCode", int(code))
+	ev := s.logAt(zerolog.WarnLevel).Int("closeCode", int(code))
 	if suppressed > 0 {
 		ev = ev.Int64("suppressedCutLogs", suppressed)
 	}

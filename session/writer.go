@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/rs/zerolog"
 )
 
 // writeLoop is the only writer of frames to the socket. It runs while frames wait, started by
@@ -21,7 +22,7 @@ func (s *Session) writeLoop() {
 		switch s.out.nextRound() {
 		case roundWrite:
 			if err := s.writeRound(); err != nil {
-				s.log.Debug().Err(err).Msg("write")
+				s.logAt(zerolog.DebugLevel).Err(err).Msg("write")
 				s.Close(websocket.StatusAbnormalClosure, "")
 				s.finish()
 				return
@@ -92,7 +93,7 @@ func (s *Session) finish() {
 		s.flush(ctx)
 	}
 	if err := s.conn.Close(s.closeCode, s.closeMsg); err != nil {
-		s.log.Debug().Err(err).Msg("close")
+		s.logAt(zerolog.DebugLevel).Err(err).Msg("close")
 	}
 }
 
