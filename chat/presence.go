@@ -58,11 +58,11 @@ type presenceJob struct {
 type presenceQueue struct {
 	mu      sync.Mutex
 	waiting map[string]presenceJob
-	order   []string      // the users with a waiting job, oldest first
-	wake    chan struct{} // one token: something waits
-	writing bool          // the writer holds a job it took
-	idle    []chan struct{}
-	stopped bool // Stop was called: nothing more is queued
+	order   []string        // the users with a waiting job, oldest first
+	wake    chan struct{}   // one token: something waits
+	writing bool            // the writer holds a job it took
+	idle    []chan struct{} // closed when nothing waits and nothing is being written (awaitIdle)
+	stopped bool            // Stop was called: nothing more is queued
 }
 
 func newPresenceQueue() *presenceQueue {
