@@ -783,6 +783,9 @@ type fakeReads struct {
 	advances    []storage.Cursor
 	userFlushes []string
 	convFlushes []string
+	// beforeUserFlush, when set, runs at the start of FlushUser, so a test can hold a
+	// disconnect up there.
+	beforeUserFlush func()
 }
 
 var _ Reads = (*fakeReads)(nil)
@@ -811,6 +814,9 @@ func (r *fakeReads) Pending(userID string) []storage.Cursor {
 }
 
 func (r *fakeReads) FlushUser(_ context.Context, userID string) error {
+	if r.beforeUserFlush != nil {
+		r.beforeUserFlush()
+	}
 	r.mu.Lock()
 	r.userFlushes = append(r.userFlushes, userID)
 	r.mu.Unlock()

@@ -78,3 +78,40 @@ func TestStopDoesNotWaitForAStuckStore(t *testing.T) {
 	within(t, 10*time.Second, "Stop with the store stuck", func() { ts.svc.Stop(ctx) })
 	within(t, 10*time.Second, "a close after Stop", func() { ts.svc.Close(c) })
 }
+
+// A user's connection that closes while their next one opens must leave them online: the
+// disconnect's offline record is queued before the reconnect's online one however long the
+// disconnect's own store work takes.
+func TestReconnectDuringDisconnectStaysOnline(t *testing.T) {
+	ts := newTestService(t)
+	c1 := ts.open("alice")
+	flushing, release := make(chan struct{}), make(chan struct{})
+	ts.reads.beforeUserFlush = func() {
+		close(flushing)
+		<-release
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		ts.svc.Close(c1)
+	}()
+	<-flushing // the disconnect is writing alice's cursors
+	c2 := &fakeConn{user: "alice"}
+	if _, err := ts.svc.Open(ts.ctx, c2); err != nil {
+		t.Fatalf("reopen alice: %v", err)
+	}
+	ts.svc.awaitPresence()
+	close(release)
+	<-closed
+	ts.reads.beforeUserFlush = nil
+	ts.svc.awaitPresence()
+
+	ts.store.mu.Lock()
+	online := ts.store.onlineNodesLocked("alice")
+	writes := slices.Clone(ts.store.presenceWrites)
+	ts.store.mu.Unlock()
+	if len(online) == 0 {
+		t.Fatalf("alice is connected but recorded offline; presence writes %q", writes)
+	}
+	ts.svc.Close(c2)
+}

@@ -281,9 +281,14 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 	if !ok {
 		u.loadErr = s.load(ctx, uid, u)
 		close(u.loaded)
-		if u.loadErr == nil {
+		// Queued under the shard lock, as Close queues offline, and only while u is still the
+		// user's entry: the queue then has a user's changes in the order the connections came and
+		// went, and a user who left during the load gets no online record after their offline one.
+		sh.mu.Lock()
+		if u.loadErr == nil && sh.m[uid] == u {
 			s.presence.put(presenceJob{uid: uid, u: u, online: true})
 		}
+		sh.mu.Unlock()
 	}
 	select {
 	case <-u.loaded:
@@ -348,6 +353,11 @@ func (s *Service) Close(c Conn) {
 	u := sh.m[uid]
 	if last {
 		delete(sh.m, uid)
+		// Under the lock, before a next connection's online can be queued (see Open); a user
+		// whose load has not finished was never queued online, and Open will not queue them now.
+		if u != nil && isClosed(u.loaded) && u.loadErr == nil {
+			s.presence.put(presenceJob{uid: uid, u: u})
+		}
 	}
 	sh.mu.Unlock()
 	if !last {
@@ -360,9 +370,6 @@ func (s *Service) Close(c Conn) {
 	defer cancel()
 	if err := s.reads.FlushUser(ctx, uid); err != nil {
 		s.log.Warn().Err(err).Str("user", uid).Msg("write read cursors on disconnect")
-	}
-	if u != nil && u.loadErr == nil && isClosed(u.loaded) {
-		s.presence.put(presenceJob{uid: uid, u: u})
 	}
 }
 
