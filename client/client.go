@@ -23,9 +23,11 @@ import (
 	"github.com/chatd/chatd/protocol"
 )
 
-// pushBuffer is how many pushed frames wait for the reader of Pushes before the client drops the
-// connection; a test or tool that stops reading must not stall the socket silently.
-const pushBuffer = 65536
+// maxQueuedPushes is how many pushed frames wait for the reader of Pushes before the client drops
+// the connection; a test or tool that stops reading must not stall the socket silently. The queue
+// grows with what waits: a preallocated channel of that many frames held 35 MB per connection,
+// and a hundred test clients stalled their process in page faults and collection.
+const maxQueuedPushes = 65536
 
 // Login signs in by display name on a dev-mode server and returns the token and user id.
 func Login(ctx context.Context, httpClient *http.Client, baseURL, name string) (token, userID string, err error) {
@@ -94,9 +96,17 @@ type Conn struct {
 	nextID  atomic.Uint64
 	mu      sync.Mutex
 	waiting map[string]chan protocol.ServerFrame
-	pushes  chan protocol.ServerFrame
-	done    chan struct{}
+	done    chan struct{} // closed by the read loop when the connection has ended
 	err     error
+
+	// The read loop queues pushes and wakes the pump, which hands them to Pushes in order.
+	queueMu   sync.Mutex
+	queue     []protocol.ServerFrame
+	queued    chan struct{} // capacity 1: the pump has frames to hand over
+	pushes    chan protocol.ServerFrame
+	closing   chan struct{} // closed by Close: the pump stops even if nobody reads
+	closeOnce sync.Once
+	pumped    chan struct{} // closed when the pump has ended and closed pushes
 }
 
 // Dial connects to wsURL (ws://host/ws) with token.
@@ -126,10 +136,14 @@ func Dial(ctx context.Context, wsURL, token string, opts *Options) (*Conn, error
 	c := &Conn{
 		ws:      ws,
 		waiting: make(map[string]chan protocol.ServerFrame),
-		pushes:  make(chan protocol.ServerFrame, pushBuffer),
 		done:    make(chan struct{}),
+		queued:  make(chan struct{}, 1),
+		pushes:  make(chan protocol.ServerFrame),
+		closing: make(chan struct{}),
+		pumped:  make(chan struct{}),
 	}
 	go c.readLoop()
+	go c.pump()
 	if !opts.SkipSync {
 		if _, err := c.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSync, Since: opts.Since}); err != nil {
 			_ = c.Close()
@@ -152,7 +166,6 @@ func (e *DialError) Unwrap() error { return e.Err }
 
 func (c *Conn) readLoop() {
 	defer close(c.done)
-	defer close(c.pushes)
 	for {
 		_, data, err := c.ws.Read(context.Background())
 		if err != nil {
@@ -168,12 +181,63 @@ func (c *Conn) readLoop() {
 		if f.ID != "" && c.deliverReply(f) {
 			continue
 		}
-		select {
-		case c.pushes <- f:
-		default:
-			c.err = errors.New("push buffer full: nobody reads Pushes")
+		if !c.enqueue(f) {
+			c.err = errors.New("push queue full: nobody reads Pushes")
 			_ = c.ws.Close(websocket.StatusPolicyViolation, "client too slow")
 			return
+		}
+	}
+}
+
+// enqueue queues a push for the pump, or reports false when maxQueuedPushes already wait.
+func (c *Conn) enqueue(f protocol.ServerFrame) bool {
+	c.queueMu.Lock()
+	full := len(c.queue) >= maxQueuedPushes
+	if !full {
+		c.queue = append(c.queue, f)
+	}
+	c.queueMu.Unlock()
+	select {
+	case c.queued <- struct{}{}:
+	default: // the pump is already woken
+	}
+	return !full
+}
+
+// takeQueued returns the queued pushes and empties the queue.
+func (c *Conn) takeQueued() []protocol.ServerFrame {
+	c.queueMu.Lock()
+	defer c.queueMu.Unlock()
+	frames := c.queue
+	c.queue = nil
+	return frames
+}
+
+// pump hands queued pushes to Pushes in order. Once the connection has ended it hands over what
+// is left and closes Pushes; Close stops it at once.
+func (c *Conn) pump() {
+	defer close(c.pumped)
+	defer close(c.pushes)
+	for {
+		frames := c.takeQueued()
+		if len(frames) == 0 {
+			select {
+			case <-c.queued:
+				continue
+			case <-c.done:
+				if frames = c.takeQueued(); len(frames) == 0 {
+					return
+				}
+			case <-c.closing:
+				return
+			}
+		}
+		for _, f := range frames {
+			select {
+			case c.pushes <- f:
+			case <-c.closing:
+				return
+			}
 		}
 	}
 }
@@ -190,7 +254,8 @@ func (c *Conn) deliverReply(f protocol.ServerFrame) bool {
 }
 
 // Pushes streams every frame that is not a reply to a request: messages, badges, cursors,
-// receipts. It is closed when the connection ends.
+// receipts. It is closed once the connection has ended and the frames that came before the end
+// have been read, or at once by Close.
 func (c *Conn) Pushes() <-chan protocol.ServerFrame { return c.pushes }
 
 // Done is closed when the connection has ended; Err then says why.
@@ -281,6 +346,8 @@ func conversationOf(r protocol.ServerFrame, err error) (protocol.Conversation, e
 func (c *Conn) Close() error {
 	err := c.ws.Close(websocket.StatusNormalClosure, "")
 	<-c.done
+	c.closeOnce.Do(func() { close(c.closing) })
+	<-c.pumped
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("close: %w", err)
 	}

@@ -7,5 +7,5 @@ import (
 )
 
 // TestMain fails the package if a goroutine outlives the tests: a connection's reader must end
-// when it is closed. (The package has no tests yet; this covers the first ones.)
+// when it is closed.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
