@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -224,11 +225,24 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	// The session logs its refusals and cuts; with the remote address they can be traced.
 	sess := session.New(conn, userID, session.Peer{Addr: r.RemoteAddr, ForwardedFor: r.Header.Get("X-Forwarded-For")},
 		s.cfg.Session, s.limits, s.log)
+	// The session runs on a goroutine of its own and this handler returns: the connection is
+	// hijacked, so net/http lets go of the request, its response buffer and the handler's deep
+	// stack, which an idle socket would otherwise keep for its whole life (docs/BENCHMARKS.md,
+	// "Memory per idle connection"). Shutdown waits for the session through s.sessions. A panic
+	// is recovered and logged, as net/http did while the session ran in its handler.
 	s.sessions.Add(1)
-	defer s.sessions.Done()
-	if err := sess.Serve(s.sessionCtx, s.router); err != nil {
-		s.log.Warn().Err(err).Str("user", userID).Msg("session ended")
-	}
+	go func() {
+		defer s.sessions.Done()
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error().Interface("panic", p).Str("user", userID).Bytes("stack", debug.Stack()).Msg("session panicked")
+				_ = conn.CloseNow()
+			}
+		}()
+		if err := sess.Serve(s.sessionCtx, s.router); err != nil {
+			s.log.Warn().Err(err).Str("user", userID).Msg("session ended")
+		}
+	}()
 }
 
 type loginRequest struct {

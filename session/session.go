@@ -49,10 +49,10 @@ type Handler interface {
 
 // Session is one live WebSocket connection of one authenticated user.
 //
-// An idle session holds one goroutine, its reader, on the HTTP server's goroutine of the
-// connection. The writer runs only while frames wait (or to close the socket), and the keepalive
-// ping is a timer that takes a goroutine only while a ping waits for its pong: at tens of
-// thousands of mostly idle sockets per node, a goroutine's stack is most of what a connection costs.
+// An idle session holds one goroutine, its reader, the one that called Serve. The writer runs
+// only while frames wait (or to close the socket), and the keepalive ping is a timer that takes
+// a goroutine only while a ping waits for its pong: at tens of thousands of mostly idle sockets
+// per node, a goroutine's stack is most of what a connection costs.
 type Session struct {
 	id     string
 	userID string
@@ -208,8 +208,8 @@ func (s *Session) Serve(ctx context.Context, h Handler) error {
 	defer stopWatching()
 	s.openOutbox()
 	s.startPings()
-	// The reader runs on this goroutine (the HTTP server's, for the connection) until the
-	// connection ends; the writer ends it after the session closes.
+	// The reader runs on this goroutine until the connection ends; the writer ends it after
+	// the session closes.
 	s.readLoop(h)
 	s.stopPings()
 	s.handlers.Wait()
