@@ -21,7 +21,9 @@ const (
 	// seconds" holds, long enough that a burst of HTTP calls costs one store read.
 	accountCacheTTL = 2 * time.Second
 	// accountCacheMax bounds the cache; past it, expired entries are dropped, and if none has
-	// expired, all of them (a flood of distinct users costs store reads, not memory).
+	// expired, all of them (a flood of distinct users costs store reads, not memory). Expired
+	// entries are also swept once a TTL, so the cache holds the accounts read lately, not one
+	// per user connected since the node started.
 	accountCacheMax = 100_000
 	// accountTimeout bounds the store read of one account check.
 	accountTimeout = 10 * time.Second
@@ -126,7 +128,8 @@ type accountCache struct {
 	m  map[string]cachedAccount
 	// gen counts forgets: a read that began before one is not cached, so a revocation is not
 	// undone by a lookup that was in flight when it happened.
-	gen uint64
+	gen   uint64
+	swept time.Time // when expired entries were last dropped
 }
 
 type cachedAccount struct {
@@ -157,7 +160,8 @@ func (c *accountCache) put(u storage.User, gen uint64) {
 		return
 	}
 	now := c.now()
-	if len(c.m) >= accountCacheMax {
+	if len(c.m) >= accountCacheMax || now.Sub(c.swept) >= accountCacheTTL {
+		c.swept = now
 		for id, e := range c.m {
 			if !now.Before(e.expires) {
 				delete(c.m, id)
