@@ -58,7 +58,7 @@ func (s *Store) BlocksOf(ctx context.Context, blocker string) (_ []string, err e
 		return nil, fmt.Errorf("find blocks of %s: %w", blocker, err)
 	}
 	var docs []Block
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := readAll(ctx, cur, &docs); err != nil {
 		return nil, fmt.Errorf("read blocks of %s: %w", blocker, err)
 	}
 	out := make([]string, len(docs))
@@ -101,7 +101,7 @@ func (s *Store) BlockedWith(ctx context.Context, userID string, others []string)
 		return nil, fmt.Errorf("find blocks between %s and %d users: %w", userID, len(others), err)
 	}
 	var docs []Block
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := readAll(ctx, cur, &docs); err != nil {
 		return nil, fmt.Errorf("read blocks between %s and %d users: %w", userID, len(others), err)
 	}
 	with := make(map[string]bool, len(docs))

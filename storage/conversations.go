@@ -68,11 +68,11 @@ func (c Conversation) IsMember(userID string) bool {
 func (s *Store) EnsureConversation(ctx context.Context, c Conversation) (_ Conversation, err error) {
 	defer s.metrics.observe(opEnsureConversation, time.Now(), &err)
 	var stored Conversation
-	err = s.conversations.FindOneAndUpdate(ctx,
+	err = decode(s.conversations.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: c.ID}},
 		bson.D{{Key: "$setOnInsert", Value: c}},
 		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
-	).Decode(&stored)
+	), &stored)
 	if err != nil {
 		return Conversation{}, fmt.Errorf("ensure conversation %s: %w", c.ID, err)
 	}
@@ -96,7 +96,7 @@ func (s *Store) ConversationsOf(ctx context.Context, userID string) (_ []Convers
 		return nil, fmt.Errorf("find conversations of %s: %w", userID, err)
 	}
 	var out []Conversation
-	if err := cur.All(ctx, &out); err != nil {
+	if err := readAll(ctx, cur, &out); err != nil {
 		return nil, fmt.Errorf("read conversations of %s: %w", userID, err)
 	}
 	return out, nil

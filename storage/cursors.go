@@ -86,7 +86,7 @@ func (s *Store) CursorsOf(ctx context.Context, userID string) (_ []Cursor, err e
 		return nil, fmt.Errorf("find cursors of %s: %w", userID, err)
 	}
 	var out []Cursor
-	if err := cur.All(ctx, &out); err != nil {
+	if err := readAll(ctx, cur, &out); err != nil {
 		return nil, fmt.Errorf("read cursors of %s: %w", userID, err)
 	}
 	return out, nil
@@ -100,8 +100,8 @@ func (s *Store) CursorsOf(ctx context.Context, userID string) (_ []Cursor, err e
 // is at or past seq, with those seqs.
 func (s *Store) sendersFrom(ctx context.Context, conversationID string, seq int64, senderID string) (map[string]int64, error) {
 	var conv Conversation
-	err := s.conversations.FindOne(ctx, bson.D{{Key: "_id", Value: conversationID}},
-		options.FindOne().SetProjection(bson.D{{Key: "senders", Value: 1}})).Decode(&conv)
+	err := decode(s.conversations.FindOne(ctx, bson.D{{Key: "_id", Value: conversationID}},
+		options.FindOne().SetProjection(bson.D{{Key: "senders", Value: 1}})), &conv)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
@@ -187,7 +187,7 @@ func (s *Store) Readers(ctx context.Context, conversationID string, seq int64, s
 		return nil, fmt.Errorf("find readers of %s/%d: %w", conversationID, seq, err)
 	}
 	var out []Cursor
-	if err := cur.All(ctx, &out); err != nil {
+	if err := readAll(ctx, cur, &out); err != nil {
 		return nil, fmt.Errorf("read readers of %s/%d: %w", conversationID, seq, err)
 	}
 	for i := range out {

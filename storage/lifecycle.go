@@ -34,7 +34,7 @@ func (s *Store) seqsOf(ctx context.Context, filter bson.D) ([]int64, error) {
 	var docs []struct {
 		Seq int64 `bson:"seq"`
 	}
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := readAll(ctx, cur, &docs); err != nil {
 		return nil, err
 	}
 	seqs := make([]int64, len(docs))
@@ -194,7 +194,7 @@ func (s *Store) Backfill(ctx context.Context, batch int, progress func(BackfillP
 		ID      string   `bson:"_id"`
 		Members []string `bson:"members"`
 	}
-	if err := cur.All(ctx, &convs); err != nil {
+	if err := readAll(ctx, cur, &convs); err != nil {
 		return fmt.Errorf("read conversations to backfill: %w", err)
 	}
 	for _, c := range convs {
@@ -225,7 +225,7 @@ func (s *Store) backfillConversation(ctx context.Context, convID string, size in
 			ID          bson.ObjectID `bson:"_id"`
 			ClientMsgID string        `bson:"clientMsgId"`
 		}
-		if err := cur.All(ctx, &batch); err != nil {
+		if err := readAll(ctx, cur, &batch); err != nil {
 			return fmt.Errorf("read unnumbered messages of %s: %w", convID, err)
 		}
 		if len(batch) == 0 {

@@ -90,10 +90,10 @@ func (s *Store) InsertMessages(ctx context.Context, msgs []Message) (err error) 
 func (s *Store) MessageByClientID(ctx context.Context, conversationID, clientMsgID string) (_ Message, err error) {
 	defer s.metrics.observe(opMessageByClientID, time.Now(), &err)
 	var m Message
-	err = s.messages.FindOne(ctx, bson.D{
+	err = decode(s.messages.FindOne(ctx, bson.D{
 		{Key: "conversationId", Value: conversationID},
 		{Key: "clientMsgId", Value: clientMsgID},
-	}).Decode(&m)
+	}), &m)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return Message{}, ErrNotFound
 	}
@@ -179,7 +179,7 @@ func (s *Store) ChangedMessages(ctx context.Context, conversationID string, afte
 		return nil, fmt.Errorf("find messages of %s changed after %d: %w", conversationID, afterVersion, err)
 	}
 	var out []Message
-	if err := cur.All(ctx, &out); err != nil {
+	if err := readAll(ctx, cur, &out); err != nil {
 		return nil, fmt.Errorf("read messages of %s changed after %d: %w", conversationID, afterVersion, err)
 	}
 	return out, nil
@@ -191,10 +191,10 @@ func (s *Store) HighestSeq(ctx context.Context, conversationID string) (_ int64,
 	var m struct {
 		Seq int64 `bson:"seq"`
 	}
-	err = s.messages.FindOne(ctx,
+	err = decode(s.messages.FindOne(ctx,
 		bson.D{{Key: "conversationId", Value: conversationID}},
 		options.FindOne().SetSort(bson.D{{Key: "seq", Value: -1}}).SetProjection(bson.D{{Key: "seq", Value: 1}}),
-	).Decode(&m)
+	), &m)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, nil
 	}
@@ -217,7 +217,7 @@ func (s *Store) MessageRange(ctx context.Context, conversationID string, from, t
 		return nil, fmt.Errorf("find messages %d..%d of %s: %w", from, to, conversationID, err)
 	}
 	var out []Message
-	if err := cur.All(ctx, &out); err != nil {
+	if err := readAll(ctx, cur, &out); err != nil {
 		return nil, fmt.Errorf("read messages %d..%d of %s: %w", from, to, conversationID, err)
 	}
 	return out, nil

@@ -78,7 +78,7 @@ func (s *Store) presenceDocs(ctx context.Context, filter bson.D) ([]presenceDoc,
 		return nil, fmt.Errorf("find connected nodes: %w", err)
 	}
 	var docs []presenceDoc
-	if err := cur.All(ctx, &docs); err != nil {
+	if err := readAll(ctx, cur, &docs); err != nil {
 		return nil, fmt.Errorf("read connected nodes: %w", err)
 	}
 	return docs, nil
@@ -108,7 +108,7 @@ func (s *Store) PresenceOf(ctx context.Context, userIDs []string) (_ map[string]
 		return nil, fmt.Errorf("find presence of %d users: %w", len(userIDs), err)
 	}
 	var users []User
-	if err := cur.All(ctx, &users); err != nil {
+	if err := readAll(ctx, cur, &users); err != nil {
 		return nil, fmt.Errorf("read presence of %d users: %w", len(userIDs), err)
 	}
 	out := make(map[string]Presence, len(users))

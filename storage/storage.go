@@ -186,7 +186,7 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 // findByID decodes the document with _id id, or returns ErrNotFound.
 func findByID[T any](ctx context.Context, coll *mongo.Collection, id string) (T, error) {
 	var doc T
-	err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&doc)
+	err := decode(coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}), &doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return doc, ErrNotFound
 	}

@@ -48,11 +48,11 @@ func (s *Store) EnsureUser(ctx context.Context, u User) (_ User, err error) {
 	u.DeletedAt, u.TokensValidAfter = nil, nil // never set by the one who creates it
 	u.NameKeys = nameKeys(u.Name)
 	var stored User
-	err = s.users.FindOneAndUpdate(ctx,
+	err = decode(s.users.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: u.ID}},
 		bson.D{{Key: "$setOnInsert", Value: u}},
 		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
-	).Decode(&stored)
+	), &stored)
 	if mongo.IsDuplicateKeyError(err) {
 		// Two upserts of a new _id race: both miss, both insert, one gets E11000. The winner's
 		// document is there now.
@@ -161,7 +161,7 @@ func (s *Store) MissingUsers(ctx context.Context, ids []string) (_ []string, err
 	var found []struct {
 		ID string `bson:"_id"`
 	}
-	if err := cur.All(ctx, &found); err != nil {
+	if err := readAll(ctx, cur, &found); err != nil {
 		return nil, fmt.Errorf("read %d users: %w", len(ids), err)
 	}
 	exists := make(map[string]bool, len(found))
@@ -243,7 +243,7 @@ func (s *Store) findUsers(ctx context.Context, filter bson.D, opts *options.Find
 		return nil, fmt.Errorf("find users: %w", err)
 	}
 	users := []User{}
-	if err := cur.All(ctx, &users); err != nil {
+	if err := readAll(ctx, cur, &users); err != nil {
 		return nil, fmt.Errorf("read users: %w", err)
 	}
 	return users, nil
