@@ -121,7 +121,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&cfg.Clients, "clients", 100, "connections to open, one user each")
 	fs.StringVar(&cfg.UserPrefix, "prefix", "cb", "user names are <prefix><n>; use a new prefix for a fresh set of users")
 	sources := fs.String("source-ips", "auto", `source addresses, e.g. "127.0.0.2-127.0.0.17,127.0.1.1"; "auto" spreads over `+defaultSources+` when every URL is on loopback; "none" lets the kernel pick`)
-	fs.IntVar(&cfg.DMs, "dms", -1, "DMs to create between pairs of users; default clients/2 unless -groups is given")
+	fs.IntVar(&cfg.DMs, "dms", -1, "DMs to create between pairs of users; default clients/2 unless -groups or -idle is given")
 	fs.IntVar(&cfg.Groups, "groups", 0, "groups to create")
 	fs.IntVar(&cfg.GroupSize, "group-size", 10, "members per group, the creator included")
 	fs.IntVar(&cfg.Senders, "senders", 0, "members of each conversation who send; 0 means all (in large groups few people talk)")
@@ -135,7 +135,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&cfg.SetupConcurrency, "setup-concurrency", 8, "conversations being created at once")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of the send order")
 	fs.BoolVar(&cfg.Warmup, "warmup", true, "send one unmeasured message to every conversation first, so owners have loaded them")
-	fs.BoolVar(&cfg.Idle, "idle", false, "only open the connections and hold them (memory per connection)")
+	fs.BoolVar(&cfg.Idle, "idle", false, "only open the connections, create the -dms and -groups if given (none by default), and hold them (memory per connection)")
 	fs.BoolVar(&cfg.Floor, "floor", false, "with -idle, then hold as many idle connections to a bare coder/websocket server (a child process) and report its memory per connection and chatd's ratio to it")
 	fs.DurationVar(&cfg.Hold, "hold", 0, "with -idle, how long to hold the connections; 0 holds until interrupted")
 	fs.DurationVar(&cfg.Settle, "settle", 5*time.Second, "wait after connecting before reading the servers' memory")
@@ -179,7 +179,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	}
 	if cfg.DMs < 0 {
 		cfg.DMs = 0
-		if cfg.Groups == 0 {
+		if cfg.Groups == 0 && !cfg.Idle {
 			cfg.DMs = cfg.Clients / 2
 		}
 	}

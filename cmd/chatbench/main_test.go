@@ -143,13 +143,13 @@ func TestLoadAgainstNode(t *testing.T) {
 	}
 }
 
-// TestIdleWithFloor holds idle connections to a real node, then as many to the bare server of
-// -floor, and reports both.
+// TestIdleWithFloor holds idle connections to a real node, its users in two groups each, then as
+// many to the bare server of -floor, and reports both.
 func TestIdleWithFloor(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
 	cfg, err := parseFlags([]string{"-url", n.URL(), "-idle", "-floor", "-clients", "10", "-prefix", "floor",
-		"-hold", "1ms", "-settle", "0", "-server-pid", strconv.Itoa(os.Getpid()), "-json"}, func(string) string { return "" })
+		"-groups", "4", "-group-size", "5", "-hold", "1ms", "-settle", "0", "-server-pid", strconv.Itoa(os.Getpid()), "-json"}, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +171,8 @@ func TestIdleWithFloor(t *testing.T) {
 	switch {
 	case j.Mode != "idle" || j.Connect.OK != 10:
 		t.Fatalf("connected %d of 10 in mode %s:\n%s", j.Connect.OK, j.Mode, out.String())
+	case j.Setup == nil || j.Setup.OK != 4 || j.UnconfirmedJoins != 0:
+		t.Fatalf("groups not all created, or %d joins unconfirmed:\n%s", j.UnconfirmedJoins, out.String())
 	case j.Floor == nil || j.Floor.RSS.Connections != 10 || j.Floor.RSS.ConnectedKiB <= 0:
 		t.Fatalf("no floor figures for 10 connections:\n%s", out.String())
 	}

@@ -196,6 +196,14 @@ func runBench(ctx context.Context, cfg config, log io.Writer) (rep *report, err 
 	if rep.Connect, err = runAll(ctx, shares, phaseConnect); err != nil {
 		return rep, err
 	}
+	if cfg.Idle && (cfg.DMs > 0 || cfg.Groups > 0) {
+		// Idle users in a few conversations each: the node then holds their routes too.
+		logf(log, "%d connected in %s; creating %d DMs and %d groups of %d", rep.Connect.OK,
+			rep.Connect.Elapsed.Round(time.Millisecond), cfg.DMs, cfg.Groups, cfg.GroupSize)
+		if rep.Setup, err = runAll(ctx, shares, phaseSetup); err != nil {
+			return rep, err
+		}
+	}
 	logf(log, "%d connected in %s; waiting %s for memory to settle", rep.Connect.OK, rep.Connect.Elapsed.Round(time.Millisecond), cfg.Settle)
 	sleep(ctx, cfg.Settle)
 	rep.RSS.ConnectedKiB = sample("after connecting")
