@@ -527,3 +527,20 @@ func TestConfigValidateAndDefaults(t *testing.T) {
 		t.Errorf("negative rates disable limits; Validate = %v", err)
 	}
 }
+
+// A peer that stops reading while a write is blocked on its socket is dropped after WriteTimeout,
+// though the frames queued stay under MaxQueuedBytes: a stuck write never holds a session open.
+func TestStuckWriteEndsTheSession(t *testing.T) {
+	srv := startServer(t, serverOptions{cfg: session.Config{WriteTimeout: 300 * time.Millisecond,
+		MaxQueuedBytes: 64 << 20, SlowConsumerGrace: time.Hour}, smallBuffers: true})
+	c := srv.dial("alice")
+	// Far more than the kernel's buffers hold, and far less than MaxQueuedBytes.
+	for i := range 64 {
+		if !c.sess.Push(frameOfSize(fmt.Sprint("m", i), 64<<10)) {
+			t.Fatalf("push %d refused", i)
+		}
+	}
+	if got := receive(t, "the session with a stuck write to end", srv.handler.closed); got != c.sess {
+		t.Fatalf("session %s ended, want %s", got.ID(), c.sess.ID())
+	}
+}

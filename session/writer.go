@@ -18,10 +18,18 @@ import (
 // way round. Once the session is closing it flushes and sends the close frame (finish).
 func (s *Session) writeLoop() {
 	defer s.writers.Done()
+	// The watchdog bounds each write of this run by WriteTimeout: armed before a write, stopped
+	// after, it closes the connection under a write that the peer has not taken for that long,
+	// and the write fails. A deadline context per frame would cost a timer, a context and
+	// coder/websocket's callback registration on it, five allocations a frame, which a fan-out to
+	// 5,000 sockets pays 5,000 times; with context.Background the library registers nothing.
+	watchdog := time.AfterFunc(time.Hour, func() { _ = s.conn.CloseNow() })
+	watchdog.Stop()
+	defer watchdog.Stop()
 	for {
 		switch s.out.nextRound() {
 		case roundWrite:
-			if err := s.writeRound(); err != nil {
+			if err := s.writeRound(watchdog); err != nil {
 				s.logAt(zerolog.DebugLevel).Err(err).Msg("write")
 				s.Close(websocket.StatusAbnormalClosure, "")
 				s.finish()
@@ -36,9 +44,9 @@ func (s *Session) writeLoop() {
 	}
 }
 
-// writeRound writes what waits when it starts: must-deliver frames, then ephemeral ones. It
-// returns early when the session closes, leaving the rest to finish.
-func (s *Session) writeRound() error {
+// writeRound writes what waits when it starts: must-deliver frames, then ephemeral ones, each
+// under watchdog. It returns early when the session closes, leaving the rest to finish.
+func (s *Session) writeRound(watchdog *time.Timer) error {
 	must, eph := s.out.waiting()
 	for range must {
 		if s.closing() {
@@ -48,7 +56,7 @@ func (s *Session) writeRound() error {
 		if !ok {
 			break
 		}
-		err := s.write(context.Background(), f.data)
+		err := s.writeWatched(watchdog, f.data)
 		s.out.written(f)
 		if err != nil {
 			return err
@@ -62,10 +70,22 @@ func (s *Session) writeRound() error {
 		if !ok {
 			break
 		}
-		if err := s.write(context.Background(), data); err != nil {
+		if err := s.writeWatched(watchdog, data); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// writeWatched writes one frame with watchdog armed for WriteTimeout.
+func (s *Session) writeWatched(watchdog *time.Timer, frame []byte) error {
+	watchdog.Reset(s.cfg.WriteTimeout)
+	err := s.conn.Write(context.Background(), websocket.MessageText, frame)
+	watchdog.Stop()
+	if err != nil {
+		return fmt.Errorf("write frame: %w", err)
+	}
+	s.cfg.Metrics.frameWritten(len(frame))
 	return nil
 }
 
@@ -118,6 +138,7 @@ func (s *Session) flush(ctx context.Context) {
 	}
 }
 
+// write writes one frame within ctx and WriteTimeout (the closing flush's path).
 func (s *Session) write(ctx context.Context, frame []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
