@@ -91,6 +91,9 @@ var (
 //     a bare loop (one writer goroutine per connection, the same frame bytes, the same receivers);
 //     x-bare is the ratio (target <= 1.3), the n-th bare run against the n-th chatd run of -count,
 //     and the bare run fails when it exceeds fanMaxCPURatio.
+//   - HeadOfLineBare: the floor of HeadOfLine/mid-fanout: the bare loop's broadcast to the same
+//     5,000 receivers, and mid-broadcast one frame written by another client that the bare server
+//     relays to one more receiver (one socket in, one out); hol-ms and idle-ms as there.
 func BenchmarkFanout5000(b *testing.B) {
 	f := startFanout(b)
 	b.Run("send", f.benchSend)
@@ -118,6 +121,11 @@ func BenchmarkFanout5000(b *testing.B) {
 			}
 			runs++
 		})
+	})
+	b.Run("HeadOfLineBare", func(b *testing.B) {
+		frame := f.sampleFrame()
+		f.close() // if DeliveryCPU did not run: the file limit again
+		benchBareHeadOfLine(b, frame)
 	})
 }
 
@@ -449,64 +457,161 @@ func (f *fanout) close() {
 // closes), broadcasting frame to every connection per iteration until every receiver has read
 // it. It returns and reports the process CPU time per delivery, receivers' reads included.
 func benchBareCPU(b *testing.B, frame []byte) float64 {
+	bare := startBare(b, frame)
+	defer bare.close()
+	iterations := 0
+	b.ReportAllocs()
+	cpu0 := processCPU(b)
+	for b.Loop() {
+		bare.srv.broadcast(frame)
+		if _, _, err := bare.all.wait(); err != nil {
+			b.Fatalf("bare round %d: %v", iterations, err)
+		}
+		iterations++
+	}
+	used := processCPU(b) - cpu0
+	bare.check(b)
+	perDelivery := float64(used.Microseconds()) / float64(iterations*fanMembers)
+	b.ReportMetric(perDelivery, "cpu-us/delivery")
+	return perDelivery
+}
+
+// benchBareHeadOfLine is the floor of HeadOfLine/mid-fanout: once the first receiver has the
+// broadcast frame, a client writes a frame that the bare server relays to one more receiver; the
+// time until that receiver has it, and the same with nothing else going on.
+func benchBareHeadOfLine(b *testing.B, frame []byte) {
+	bare := startBare(b, frame)
+	defer bare.close()
+	ctx, cancel := context.WithTimeout(context.Background(), fanSetupTimeout)
+	defer cancel()
+	relayed := newTally(1)
+	dm, err := dialReceivers(ctx, 1, func(ctx context.Context, _ int) (*websocket.Conn, error) {
+		c, _, err := websocket.Dial(ctx, bare.url+"/dm", nil)
+		return c, err
+	}, func(int, []byte) { relayed.add(0) })
+	if err != nil {
+		b.Fatalf("connect the relay's receiver: %v", err)
+	}
+	defer dm.close()
+	// The sender's sync frame, like every receiver's first frame, is relayed too: read it.
+	sender, err := dialReceivers(ctx, 1, func(ctx context.Context, _ int) (*websocket.Conn, error) {
+		c, _, err := websocket.Dial(ctx, bare.url+"/relay", nil)
+		return c, err
+	}, func(int, []byte) {})
+	if err != nil {
+		b.Fatalf("connect the relay's sender: %v", err)
+	}
+	defer sender.close()
+	if _, _, err := relayed.wait(); err != nil {
+		b.Fatalf("the relay's first frame: %v", err)
+	}
+	relay := func() (time.Duration, error) {
+		start := time.Now()
+		if err := sender.conns[0].Write(ctx, websocket.MessageText, frame); err != nil {
+			return 0, fmt.Errorf("write to the relay: %w", err)
+		}
+		_, got, err := relayed.wait()
+		return got.at.Sub(start), err
+	}
+
+	var holSum, idleSum, maxHol time.Duration
+	iterations := 0
+	for b.Loop() {
+		bare.srv.broadcast(frame)
+		if _, err := bare.all.waitFirst(); err != nil {
+			b.Fatalf("bare round %d: %v", iterations, err)
+		}
+		hol, err := relay()
+		if err != nil {
+			b.Fatalf("relay during round %d: %v", iterations, err)
+		}
+		if _, err := bare.all.waitLast(); err != nil {
+			b.Fatalf("bare round %d: %v", iterations, err)
+		}
+		idle, err := relay()
+		if err != nil {
+			b.Fatalf("relay after round %d: %v", iterations, err)
+		}
+		holSum += hol
+		idleSum += idle
+		maxHol = max(maxHol, hol)
+		iterations++
+	}
+	bare.check(b)
+	n := float64(iterations)
+	b.ReportMetric(ms(holSum)/n, "hol-ms")
+	b.ReportMetric(ms(maxHol), "max-hol-ms")
+	b.ReportMetric(ms(idleSum)/n, "idle-ms")
+}
+
+// bareRun is the bare loop with its fanMembers receivers connected and warmed up.
+type bareRun struct {
+	srv  *bareServer
+	hs   *httptest.Server
+	url  string // ws:// base of the server
+	recv *receivers
+	all  *tally
+}
+
+// startBare starts the bare server, connects fanMembers receivers that count message frames and
+// broadcasts frame once to warm up like the chatd side.
+func startBare(b *testing.B, frame []byte) *bareRun {
 	ctx, cancel := context.WithTimeout(context.Background(), fanSetupTimeout)
 	defer cancel()
 	srv := newBareServer()
 	hs := httptest.NewServer(srv)
-	defer func() {
-		srv.close()
-		hs.Close()
-	}()
-	all := newTally(fanMembers)
-	wsURL := "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws"
+	x := &bareRun{srv: srv, hs: hs, url: "ws" + strings.TrimPrefix(hs.URL, "http"), all: newTally(fanMembers)}
 	recv, err := dialReceivers(ctx, fanMembers, func(ctx context.Context, _ int) (*websocket.Conn, error) {
-		c, _, err := websocket.Dial(ctx, wsURL, nil)
+		c, _, err := websocket.Dial(ctx, x.url+"/ws", nil)
 		return c, err
 	}, func(i int, data []byte) {
 		if bytes.HasPrefix(data, fanMessagePrefix) {
 			_ = frameSeq(data) // the chatd receivers parse it too
-			all.add(i)
+			x.all.add(i)
 		}
 	})
 	if err != nil {
+		x.close()
 		b.Fatalf("connect bare receivers: %v", err)
 	}
-	defer recv.close()
+	x.recv = recv
 	testenv.CheckFor(b, time.Minute, 10*time.Millisecond, func() error {
 		if got := srv.count(); got < fanMembers {
 			return fmt.Errorf("the bare server has %d of %d connections", got, fanMembers)
 		}
 		return nil
 	})
-	srv.broadcast(frame) // warm up like the chatd side
-	if _, _, err := all.wait(); err != nil {
+	srv.broadcast(frame)
+	if _, _, err := x.all.wait(); err != nil {
+		x.close()
 		b.Fatalf("bare warm-up: %v", err)
 	}
-
-	iterations := 0
-	b.ReportAllocs()
-	cpu0 := processCPU(b)
-	for b.Loop() {
-		srv.broadcast(frame)
-		if _, _, err := all.wait(); err != nil {
-			b.Fatalf("bare round %d: %v", iterations, err)
-		}
-		iterations++
-	}
-	used := processCPU(b) - cpu0
-	if s := recv.unexpectedCloses(); s != "" {
-		b.Errorf("bare sockets closed: %s", s)
-	}
-	perDelivery := float64(used.Microseconds()) / float64(iterations*fanMembers)
-	b.ReportMetric(perDelivery, "cpu-us/delivery")
-	return perDelivery
+	return x
 }
 
-// bareServer is the minimal one-writer broadcast server of benchBareCPU.
+// check fails b if the bare server closed a receiver's socket.
+func (x *bareRun) check(b *testing.B) {
+	if s := x.recv.unexpectedCloses(); s != "" {
+		b.Errorf("bare sockets closed: %s", s)
+	}
+}
+
+// close ends the receivers and the server.
+func (x *bareRun) close() {
+	if x.recv != nil {
+		x.recv.close()
+	}
+	x.srv.close()
+	x.hs.Close()
+}
+
+// bareServer is the minimal one-writer broadcast server of benchBareCPU. A connection at /dm is
+// left out of the broadcast and gets, instead, every frame read from connections at /relay.
 type bareServer struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	dm     atomic.Pointer[chan []byte] // the /dm connection's writer queue, once it has connected
 
 	mu    sync.Mutex
 	conns []chan []byte
@@ -527,17 +632,28 @@ func (s *bareServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer c.CloseNow()
 	ctx, cancel := context.WithCancel(s.ctx)
 	frames := make(chan []byte, fanBareQueue)
-	s.mu.Lock()
-	s.conns = append(s.conns, frames)
-	s.mu.Unlock()
+	switch r.URL.Path {
+	case "/dm":
+		s.dm.Store(&frames)
+	case "/relay": // only read from
+	default:
+		s.mu.Lock()
+		s.conns = append(s.conns, frames)
+		s.mu.Unlock()
+	}
+	relay := r.URL.Path == "/relay"
 	var reader sync.WaitGroup
 	defer reader.Wait()
 	defer cancel() // before reader.Wait: a Read whose context ends closes the socket and returns
 	reader.Go(func() {
 		defer cancel()
 		for {
-			if _, _, err := c.Read(ctx); err != nil {
+			_, data, err := c.Read(ctx)
+			if err != nil {
 				return
+			}
+			if dm := s.dm.Load(); relay && dm != nil {
+				*dm <- data
 			}
 		}
 	})
