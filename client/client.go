@@ -23,11 +23,16 @@ import (
 	"github.com/chatd/chatd/protocol"
 )
 
-// maxQueuedPushes is how many pushed frames wait for the reader of Pushes before the client drops
-// the connection; a test or tool that stops reading must not stall the socket silently. The queue
-// grows with what waits: a preallocated channel of that many frames held 35 MB per connection,
-// and a hundred test clients stalled their process in page faults and collection.
-const maxQueuedPushes = 65536
+// Pushed frames wait for the reader of Pushes in a channel of pushBuffer frames and, past it, in
+// an overflow that a pump goroutine moves into the channel while it is not empty; at most
+// maxQueuedPushes wait in all before the client drops the connection: a test or tool that stops
+// reading must not stall the socket silently. Nothing beyond the channel is allocated up front:
+// a channel of maxQueuedPushes frames held 35 MB per connection, and a hundred test clients under
+// the race detector stalled their process for seconds in page faults and collection.
+const (
+	pushBuffer      = 1024
+	maxQueuedPushes = 65536
+)
 
 // Login signs in by display name on a dev-mode server and returns the token and user id.
 func Login(ctx context.Context, httpClient *http.Client, baseURL, name string) (token, userID string, err error) {
@@ -99,14 +104,17 @@ type Conn struct {
 	done    chan struct{} // closed by the read loop when the connection has ended
 	err     error
 
-	// The read loop queues pushes and wakes the pump, which hands them to Pushes in order.
-	queueMu   sync.Mutex
-	queue     []protocol.ServerFrame
-	queued    chan struct{} // capacity 1: the pump has frames to hand over
-	pushes    chan protocol.ServerFrame
-	closing   chan struct{} // closed by Close: the pump stops even if nobody reads
-	closeOnce sync.Once
-	pumped    chan struct{} // closed when the pump has ended and closed pushes
+	pushes chan protocol.ServerFrame // pushBuffer frames
+	// The read loop puts pushes in the channel while nothing overflows, else in overflow, which
+	// the pump moves into the channel in order. Whoever ends last of the read loop and the pump
+	// closes the channel.
+	overflowMu sync.Mutex
+	overflow   []protocol.ServerFrame
+	pumping    bool
+	ended      bool // the read loop has ended
+	pump       sync.WaitGroup
+	closing    chan struct{} // closed by Close: the pump stops even if nobody reads
+	closeOnce  sync.Once
 }
 
 // Dial connects to wsURL (ws://host/ws) with token.
@@ -137,13 +145,10 @@ func Dial(ctx context.Context, wsURL, token string, opts *Options) (*Conn, error
 		ws:      ws,
 		waiting: make(map[string]chan protocol.ServerFrame),
 		done:    make(chan struct{}),
-		queued:  make(chan struct{}, 1),
-		pushes:  make(chan protocol.ServerFrame),
+		pushes:  make(chan protocol.ServerFrame, pushBuffer),
 		closing: make(chan struct{}),
-		pumped:  make(chan struct{}),
 	}
 	go c.readLoop()
-	go c.pump()
 	if !opts.SkipSync {
 		if _, err := c.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSync, Since: opts.Since}); err != nil {
 			_ = c.Close()
@@ -166,6 +171,7 @@ func (e *DialError) Unwrap() error { return e.Err }
 
 func (c *Conn) readLoop() {
 	defer close(c.done)
+	defer c.endPushes()
 	for {
 		_, data, err := c.ws.Read(context.Background())
 		if err != nil {
@@ -189,55 +195,67 @@ func (c *Conn) readLoop() {
 	}
 }
 
-// enqueue queues a push for the pump, or reports false when maxQueuedPushes already wait.
+// enqueue hands a push to Pushes, or to the overflow when the channel is full or the overflow
+// is not empty (order), starting the pump if it is not running. It reports false when
+// maxQueuedPushes already wait.
 func (c *Conn) enqueue(f protocol.ServerFrame) bool {
-	c.queueMu.Lock()
-	full := len(c.queue) >= maxQueuedPushes
-	if !full {
-		c.queue = append(c.queue, f)
-	}
-	c.queueMu.Unlock()
-	select {
-	case c.queued <- struct{}{}:
-	default: // the pump is already woken
-	}
-	return !full
-}
-
-// takeQueued returns the queued pushes and empties the queue.
-func (c *Conn) takeQueued() []protocol.ServerFrame {
-	c.queueMu.Lock()
-	defer c.queueMu.Unlock()
-	frames := c.queue
-	c.queue = nil
-	return frames
-}
-
-// pump hands queued pushes to Pushes in order. Once the connection has ended it hands over what
-// is left and closes Pushes; Close stops it at once.
-func (c *Conn) pump() {
-	defer close(c.pumped)
-	defer close(c.pushes)
-	for {
-		frames := c.takeQueued()
-		if len(frames) == 0 {
-			select {
-			case <-c.queued:
-				continue
-			case <-c.done:
-				if frames = c.takeQueued(); len(frames) == 0 {
-					return
-				}
-			case <-c.closing:
-				return
-			}
+	c.overflowMu.Lock()
+	defer c.overflowMu.Unlock()
+	if len(c.overflow) == 0 {
+		select {
+		case c.pushes <- f:
+			return true
+		default:
 		}
-		for _, f := range frames {
-			select {
-			case c.pushes <- f:
-			case <-c.closing:
-				return
+	}
+	if len(c.overflow) >= maxQueuedPushes-pushBuffer {
+		return false
+	}
+	c.overflow = append(c.overflow, f)
+	if !c.pumping {
+		c.pumping = true
+		c.pump.Go(c.pumpOverflow)
+	}
+	return true
+}
+
+// endPushes closes Pushes when the read loop ends, unless the pump still has frames to hand
+// over: then the pump closes it.
+func (c *Conn) endPushes() {
+	c.overflowMu.Lock()
+	defer c.overflowMu.Unlock()
+	c.ended = true
+	if !c.pumping {
+		close(c.pushes)
+	}
+}
+
+// pumpOverflow moves the overflow into Pushes in order until it is empty, or until Close.
+func (c *Conn) pumpOverflow() {
+	for {
+		c.overflowMu.Lock()
+		if len(c.overflow) == 0 {
+			c.pumping = false
+			if c.ended {
+				close(c.pushes)
 			}
+			c.overflowMu.Unlock()
+			return
+		}
+		f := c.overflow[0]
+		c.overflowMu.Unlock()
+		select {
+		case c.pushes <- f:
+			c.overflowMu.Lock()
+			c.overflow[0] = protocol.ServerFrame{}
+			c.overflow = c.overflow[1:]
+			c.overflowMu.Unlock()
+		case <-c.closing: // Close waited for the read loop: ended is set
+			c.overflowMu.Lock()
+			c.overflow, c.pumping = nil, false
+			close(c.pushes)
+			c.overflowMu.Unlock()
+			return
 		}
 	}
 }
@@ -254,8 +272,8 @@ func (c *Conn) deliverReply(f protocol.ServerFrame) bool {
 }
 
 // Pushes streams every frame that is not a reply to a request: messages, badges, cursors,
-// receipts. It is closed once the connection has ended and the frames that came before the end
-// have been read, or at once by Close.
+// receipts. It is closed once the connection has ended (the frames still in it can be read), and
+// frames beyond its buffer that nobody has read are dropped by Close.
 func (c *Conn) Pushes() <-chan protocol.ServerFrame { return c.pushes }
 
 // Done is closed when the connection has ended; Err then says why.
@@ -347,7 +365,7 @@ func (c *Conn) Close() error {
 	err := c.ws.Close(websocket.StatusNormalClosure, "")
 	<-c.done
 	c.closeOnce.Do(func() { close(c.closing) })
-	<-c.pumped
+	c.pump.Wait()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("close: %w", err)
 	}
