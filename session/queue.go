@@ -122,7 +122,7 @@ func (s *Session) PushWait(ctx context.Context, frame []byte) error {
 		q.mu.Unlock()
 		select {
 		case <-room:
-		case <-s.closed:
+		case <-s.life.done:
 			return ErrClosed
 		case <-ctx.Done():
 			return fmt.Errorf("queue reply: %w", ctx.Err())
@@ -204,7 +204,7 @@ func (s *Session) openOutbox() {
 	}
 }
 
-// closeOutbox stops queueing (PushWait callers see s.closed) and has a writer finish the
+// closeOutbox stops queueing (PushWait callers see the session done) and has a writer finish the
 // session: the running one, or one started now. A session refused at open has none; Serve
 // closes its connection itself.
 func (s *Session) closeOutbox() {

@@ -43,7 +43,7 @@ func (s *Session) readLoop(h Handler) {
 			}
 			return
 		}
-		if s.ctx.Err() != nil {
+		if s.life.Err() != nil {
 			continue // closing: read on so the close handshake completes, start nothing new
 		}
 		s.admit(h, typ, data)
@@ -59,31 +59,31 @@ func (s *Session) admit(h Handler, typ websocket.MessageType, data []byte) {
 	}
 	s.cfg.Metrics.frameReceived(f.Type) // empty when the frame did not decode
 	if retry, ok := take(s.frames, s.user.frames); !ok {
-		s.refuse(s.ctx, f.ID, "too many frames; slow down", retry, &s.refused.frames)
+		s.refuse(&s.life, f.ID, "too many frames; slow down", retry, &s.refused.frames)
 		return
 	}
 	switch {
 	case typ != websocket.MessageText:
-		s.answerError(s.ctx, "", protocol.Errorf(protocol.CodeBadFrame, "frames must be text"))
+		s.answerError(&s.life, "", protocol.Errorf(protocol.CodeBadFrame, "frames must be text"))
 		return
 	case decodeErr != nil:
-		s.answerError(s.ctx, f.ID, protocol.AsError(decodeErr))
+		s.answerError(&s.life, f.ID, protocol.AsError(decodeErr))
 		return
 	case f.Type == protocol.TypePing:
 		// Browsers cannot see WebSocket pings; this lets a page notice a dead connection.
-		s.replyInline(s.ctx, protocol.ServerFrame{Type: protocol.TypePong, ID: f.ID})
+		s.replyInline(&s.life, protocol.ServerFrame{Type: protocol.TypePong, ID: f.ID})
 		return
 	}
 	if f.WritesMessage() {
 		if retry, ok := take(s.user.sends, nil); !ok {
-			s.refuse(s.ctx, f.ID, "too many sends; slow down", retry, &s.refused.sends)
+			s.refuse(&s.life, f.ID, "too many sends; slow down", retry, &s.refused.sends)
 			return
 		}
 	}
 	select {
 	case s.slots <- struct{}{}:
 	default:
-		s.refuse(s.ctx, f.ID, "too many requests in flight", inFlightRetryAfter, &s.refused.inFlight)
+		s.refuse(&s.life, f.ID, "too many requests in flight", inFlightRetryAfter, &s.refused.inFlight)
 		return
 	}
 	s.start(h, f)
@@ -92,7 +92,7 @@ func (s *Session) admit(h Handler, typ websocket.MessageType, data []byte) {
 // start runs f's handler on its own goroutine under the session's context, holding one in-flight
 // slot, after the previous frame of its conversation (if any) has finished.
 func (s *Session) start(h Handler, f protocol.ClientFrame) {
-	ctx := s.ctx
+	ctx := s.Context()
 	var prev <-chan struct{}
 	var mine chan struct{}
 	if f.ConversationID != "" {

@@ -76,11 +76,9 @@ type Session struct {
 	writers sync.WaitGroup // the writer goroutine, while one runs
 	pings   keepalive
 
-	ctx       context.Context // cancelled when the session ends; handlers run under it
-	cancel    context.CancelFunc
+	life      lifetime // the session's context, done when it closes; handlers run under it
 	closeOnce sync.Once
-	closed    chan struct{}
-	closeCode websocket.StatusCode // set before closed is closed
+	closeCode websocket.StatusCode // set before life ends
 	closeMsg  string
 }
 
@@ -96,7 +94,6 @@ func New(conn *websocket.Conn, userID string, peer Peer, cfg Config, limits *Lim
 	cfg = cfg.withDefaults()
 	id := uuid.NewString()
 	conn.SetReadLimit(cfg.ReadLimit)
-	ctx, cancel := context.WithCancel(context.Background())
 	return &Session{
 		id:     id,
 		userID: userID,
@@ -108,9 +105,7 @@ func New(conn *websocket.Conn, userID string, peer Peer, cfg Config, limits *Lim
 		frames: limiter(cfg.FrameRate, cfg.FrameBurst),
 		abuse:  limiter(cfg.AbuseRate, cfg.AbuseBurst),
 		slots:  make(chan struct{}, cfg.MaxInFlight),
-		ctx:    ctx,
-		cancel: cancel,
-		closed: make(chan struct{}),
+		life:   lifetime{done: make(chan struct{})},
 		out:    outbox{limit: cfg.MaxQueuedBytes},
 	}
 }
@@ -123,7 +118,7 @@ func (s *Session) UserID() string { return s.userID }
 
 // Context is cancelled when the session ends; work done for this session alone should use it.
 // HandleFrame calls get it.
-func (s *Session) Context() context.Context { return s.ctx }
+func (s *Session) Context() context.Context { return &s.life }
 
 // Close ends the session with a close code; the first call wins. Frames already queued are
 // still written (within WriteTimeout), except after a slow-consumer cut.
@@ -139,8 +134,7 @@ func (s *Session) closeWith(code websocket.StatusCode, reason string) bool {
 		won = true
 		s.closeCode, s.closeMsg = code, reason
 		s.closeOutbox() // its writer flushes what waits and sends the close frame
-		s.cancel()
-		close(s.closed)
+		s.life.end()
 	})
 	return won
 }
@@ -178,7 +172,7 @@ func (s *Session) cutLog(code websocket.StatusCode) *zerolog.Event {
 }
 
 // Done is closed when the session is closing.
-func (s *Session) Done() <-chan struct{} { return s.closed }
+func (s *Session) Done() <-chan struct{} { return s.life.done }
 
 // Serve runs the session until the client goes away, the session is closed or ctx ends. It
 // returns only after the reader, the writer and every HandleFrame call have finished.

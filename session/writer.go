@@ -91,7 +91,7 @@ func (s *Session) writeWatched(watchdog *time.Timer, frame []byte) error {
 
 func (s *Session) closing() bool {
 	select {
-	case <-s.closed:
+	case <-s.life.done:
 		return true
 	default:
 		return false
@@ -184,11 +184,11 @@ func (s *Session) ping() {
 	k.mu.Unlock()
 	defer k.pinging.Done()
 
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PongTimeout)
+	ctx, cancel := context.WithTimeout(&s.life, s.cfg.PongTimeout)
 	err := s.conn.Ping(ctx)
 	cancel()
 	if err != nil {
-		if s.ctx.Err() == nil && s.closeWith(websocket.StatusPolicyViolation, "ping timeout") {
+		if s.life.Err() == nil && s.closeWith(websocket.StatusPolicyViolation, "ping timeout") {
 			s.cutLog(websocket.StatusPolicyViolation).Err(err).Msg("ping timeout; closing")
 		}
 		return
