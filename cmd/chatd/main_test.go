@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"io"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,12 +23,15 @@ import (
 func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
 
 // startChatd runs the real binary on its embedded defaults (in-process NATS, embedded store)
-// in dataDir, and waits until it is ready.
-func startChatd(t *testing.T, dataDir, addr string) *exec.Cmd {
+// in dataDir, and waits until it is ready. env is added to this process's environment, which
+// has no GOGC (the collector's setting is chatd's own default unless env gives one).
+func startChatd(t *testing.T, dataDir, addr string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(testenv.ChatdBinary.Path(t))
-	cmd.Env = append(os.Environ(), "CHAT_DATA_DIR="+dataDir, "CHAT_ADDR="+addr, "CHAT_LOG_LEVEL=warn",
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOGC=") })
+	cmd.Env = append(cmd.Env, "CHAT_DATA_DIR="+dataDir, "CHAT_ADDR="+addr, "CHAT_LOG_LEVEL=warn",
 		"CHAT_ADMIN_ADDR=127.0.0.1:0") // the default port may be taken by another test's chatd
+	cmd.Env = append(cmd.Env, env...)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "chatd.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -118,4 +124,42 @@ func TestRestartKeepsHistoryAndSeqs(t *testing.T) {
 	if len(page.Messages) != 4 || page.Messages[0].Body != "before restart 1" || page.Messages[3].Seq != 4 {
 		t.Fatalf("history after restart: %+v", page.Messages)
 	}
+}
+
+// TestCollectorDefault: chatd runs Go's collector at GOGC=50 (the memory an idle connection costs
+// follows the heap's peak, twice the live heap at Go's default) unless GOGC is set, which wins.
+func TestCollectorDefault(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "go_gc_gogc_percent 50"},
+		{[]string{"GOGC=150"}, "go_gc_gogc_percent 150"},
+	} {
+		ports := testenv.FreePorts(t, 2)
+		addr, admin := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+		server := startChatd(t, t.TempDir(), addr, append(tc.env, "CHAT_ADMIN_ADDR="+admin)...)
+		metrics := getBody(t, "http://"+admin+"/metrics")
+		stopChatd(t, server)
+		if !strings.Contains(metrics, "\n"+tc.want+"\n") {
+			t.Errorf("with %q in the environment /metrics has no line %q", tc.env, tc.want)
+		}
+	}
+}
+
+func getBody(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	return string(body)
 }
