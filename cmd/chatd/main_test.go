@@ -3,10 +3,10 @@ package main_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
