@@ -89,14 +89,7 @@ func (s *Session) writeWatched(watchdog *time.Timer, frame []byte) error {
 	return nil
 }
 
-func (s *Session) closing() bool {
-	select {
-	case <-s.life.done:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Session) closing() bool { return s.life.Err() != nil }
 
 // finish flushes what is queued (bounded by WriteTimeout in all) unless the client was cut for
 // not reading or the connection broke, then sends the close frame. Closing the connection is
