@@ -57,11 +57,12 @@ type fakeStore struct {
 	// afterBlocked, when set, runs after Blocked has read and before it answers, outside the
 	// lock, so a test can block or unblock while a send waits for the store.
 	afterBlocked func(a, b string)
-	// beforePresence, when set, runs at the start of MarkOnline and MarkOffline, outside the
-	// lock, so a test can hold the presence writer up; presenceWrites lists those calls made, as
-	// "online <user>" or "offline <user>".
-	beforePresence func(ctx context.Context)
-	presenceWrites []string
+	// beforePresence, when set, runs at the start of RecordPresence, outside the lock, so a test
+	// can hold the presence writer up; presenceWrites lists the changes written, as
+	// "online <user>" or "offline <user>", and presenceBatches the number of changes of each call.
+	beforePresence  func(ctx context.Context)
+	presenceWrites  []string
+	presenceBatches []int
 }
 
 var _ Store = (*fakeStore)(nil)
@@ -301,29 +302,31 @@ func (f *fakeStore) SetHidePresence(_ context.Context, userID string, hide bool)
 	return nil
 }
 
-func (f *fakeStore) MarkOnline(ctx context.Context, userID, node string, _ time.Time) ([]string, error) {
+func (f *fakeStore) RecordPresence(ctx context.Context, node string, online, offline []string, _ time.Time) (map[string][]string, error) {
 	if f.beforePresence != nil {
 		f.beforePresence(ctx)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.presenceWrites = append(f.presenceWrites, "online "+userID)
-	if f.online[userID] == nil {
-		f.online[userID] = make(map[string]bool)
+	f.presenceBatches = append(f.presenceBatches, len(online)+len(offline))
+	for _, uid := range online {
+		f.presenceWrites = append(f.presenceWrites, "online "+uid)
+		if f.online[uid] == nil {
+			f.online[uid] = make(map[string]bool)
+		}
+		f.online[uid][node] = true
 	}
-	f.online[userID][node] = true
-	return f.onlineNodesLocked(userID), nil
-}
-
-func (f *fakeStore) MarkOffline(ctx context.Context, userID, node string) ([]string, error) {
-	if f.beforePresence != nil {
-		f.beforePresence(ctx)
+	for _, uid := range offline {
+		f.presenceWrites = append(f.presenceWrites, "offline "+uid)
+		delete(f.online[uid], node)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.presenceWrites = append(f.presenceWrites, "offline "+userID)
-	delete(f.online[userID], node)
-	return f.onlineNodesLocked(userID), nil
+	nodes := make(map[string][]string)
+	for _, uid := range append(slices.Clone(online), offline...) {
+		if n := f.onlineNodesLocked(uid); len(n) > 0 {
+			nodes[uid] = n
+		}
+	}
+	return nodes, nil
 }
 
 func (f *fakeStore) onlineNodesLocked(userID string) []string {
@@ -335,12 +338,14 @@ func (f *fakeStore) onlineNodesLocked(userID string) []string {
 	return nodes
 }
 
-func (f *fakeStore) SetLastSeen(_ context.Context, userID string, at time.Time) error {
+func (f *fakeStore) SetLastSeen(_ context.Context, userIDs []string, at time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if u, ok := f.users[userID]; ok && (u.LastSeen == nil || at.After(*u.LastSeen)) {
-		u.LastSeen = &at
-		f.users[userID] = u
+	for _, uid := range userIDs {
+		if u, ok := f.users[uid]; ok && (u.LastSeen == nil || at.After(*u.LastSeen)) {
+			u.LastSeen = &at
+			f.users[uid] = u
+		}
 	}
 	return nil
 }

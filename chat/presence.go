@@ -12,8 +12,8 @@ import (
 
 // Presence: who is online, and since when someone is not. A user is online while any node holds
 // a connection of theirs; each node records that it does when the user's first connection there
-// opens and drops the record when their last one there closes (then reads the others; one record
-// at a time, off the connect path, see recordPresences), and a node that died is left out by
+// opens and drops the record when their last one there closes (then reads the others; in batches,
+// off the connect path, see recordPresences), and a node that died is left out by
 // asking Nodes which nodes live. A change is pushed only to
 // the members of the user's DMs and small groups (up to LiveReceiptsMaxMembers), one event per
 // such member on their own subject, so one frame per device and nothing at all to the members
@@ -87,8 +87,9 @@ func (q *presenceQueue) put(job presenceJob) {
 	}
 }
 
-// take returns the oldest waiting job. With none it reports false and releases awaitIdle.
-func (q *presenceQueue) take() (presenceJob, bool) {
+// take returns the oldest waiting jobs, at most max of them, one per user. With none it returns
+// none and releases awaitIdle.
+func (q *presenceQueue) take(max int) []presenceJob {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.order) == 0 {
@@ -97,14 +98,17 @@ func (q *presenceQueue) take() (presenceJob, bool) {
 			close(ch)
 		}
 		q.idle = nil
-		return presenceJob{}, false
+		return nil
 	}
-	uid := q.order[0]
-	q.order = q.order[1:]
-	job := q.waiting[uid]
-	delete(q.waiting, uid)
+	n := min(max, len(q.order))
+	jobs := make([]presenceJob, n)
+	for i, uid := range q.order[:n] {
+		jobs[i] = q.waiting[uid]
+		delete(q.waiting, uid)
+	}
+	q.order = q.order[n:]
 	q.writing = true
-	return job, true
+	return jobs
 }
 
 // awaitIdle returns a channel closed once nothing waits and the writer has finished what it took.
@@ -129,16 +133,20 @@ func (q *presenceQueue) stop() bool {
 	return first
 }
 
-// recordPresences writes presence records one at a time, oldest change first, until Stop. Off
-// the connect path and one at a time, because presence may lag by a moment while the store is
-// needed elsewhere: in a reconnect storm after a node dies, the new owners' reads and the
-// reconnecting users' loads come first (recording presence inside Open cost the owner-crash
-// failover about a second of store time). After Stop it writes what waits, until ctx ends.
+// recordPresences writes presence records in batches of up to presenceBatch users, oldest
+// change first, one batch at a time, until Stop. Off the connect path and one batch at a time,
+// because presence may lag by a moment while the store is needed elsewhere: in a reconnect storm
+// after a node dies, the new owners' reads and the reconnecting users' loads come first
+// (recording presence inside Open cost the owner-crash failover about a second of store time).
+// In batches, because one user at a time cost the store two round trips a user, and on the
+// embedded store a read scanning the records each: 5,000 connects took minutes to record, during
+// which every send waited behind them for the store. After Stop it writes what waits, until ctx
+// ends.
 func (s *Service) recordPresences(ctx context.Context) {
 	defer close(s.presenceDone)
 	for ctx.Err() == nil {
-		job, ok := s.presence.take()
-		if !ok {
+		jobs := s.presence.take(presenceBatch)
+		if len(jobs) == 0 {
 			select {
 			case <-s.presence.wake:
 				continue
@@ -154,11 +162,7 @@ func (s *Service) recordPresences(ctx context.Context) {
 			}
 		}
 		opCtx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-		if job.online {
-			s.cameOnline(opCtx, job.uid, job.u)
-		} else {
-			s.wentOffline(opCtx, job.uid, job.u)
-		}
+		s.writePresence(opCtx, jobs)
 		cancel()
 	}
 }
@@ -185,36 +189,49 @@ func (s *Service) Stop(ctx context.Context) {
 	}
 }
 
-// cameOnline records a user's first connection on this node and, if no other live node holds
-// one and they do not hide their presence, tells their peers they are online.
-func (s *Service) cameOnline(ctx context.Context, uid string, u *onlineUser) {
-	nodes, err := s.store.MarkOnline(ctx, uid, s.cfg.NodeID, now())
+// writePresence records a batch of presence changes of users of this node and tells the peers of
+// those whose presence changed anywhere: a user who came online here and whom no other live node
+// holds is online; a user whose last connection here closed and whom no other live node holds
+// was last seen now (stored first). Users who hide their presence are recorded, not announced.
+func (s *Service) writePresence(ctx context.Context, jobs []presenceJob) {
+	var online, offline []string
+	for _, j := range jobs {
+		if j.online {
+			online = append(online, j.uid)
+		} else {
+			offline = append(offline, j.uid)
+		}
+	}
+	nodes, err := s.store.RecordPresence(ctx, s.cfg.NodeID, online, offline, now())
 	if err != nil {
-		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
+		s.log.Warn().Err(err).Int("users", len(jobs)).Msg("record presence")
 		return
 	}
-	if !u.hidesPresence() && !s.onlineElsewhere(nodes) {
-		s.publishToPeers(u, userEvent{Type: userPresence, Peer: uid, Online: true})
+	var gone []presenceJob
+	for _, j := range jobs {
+		switch {
+		case s.onlineElsewhere(nodes[j.uid]):
+		case !j.online:
+			gone = append(gone, j)
+		case !j.u.hidesPresence():
+			s.publishToPeers(j.u, userEvent{Type: userPresence, Peer: j.uid, Online: true})
+		}
 	}
-}
-
-// wentOffline records that a user's last connection on this node closed and, if no other live
-// node holds one, stores when they were last seen and tells their peers (unless they hide it).
-func (s *Service) wentOffline(ctx context.Context, uid string, u *onlineUser) {
-	nodes, err := s.store.MarkOffline(ctx, uid, s.cfg.NodeID)
-	if err != nil {
-		s.log.Warn().Err(err).Str("user", uid).Msg("record presence")
-		return
-	}
-	if s.onlineElsewhere(nodes) {
+	if len(gone) == 0 {
 		return
 	}
 	seen := now()
-	if err := s.store.SetLastSeen(ctx, uid, seen); err != nil {
-		s.log.Warn().Err(err).Str("user", uid).Msg("record last seen")
+	uids := make([]string, len(gone))
+	for i, j := range gone {
+		uids[i] = j.uid
 	}
-	if !u.hidesPresence() {
-		s.publishToPeers(u, userEvent{Type: userPresence, Peer: uid, LastSeen: &seen})
+	if err := s.store.SetLastSeen(ctx, uids, seen); err != nil {
+		s.log.Warn().Err(err).Int("users", len(uids)).Msg("record last seen")
+	}
+	for _, j := range gone {
+		if !j.u.hidesPresence() {
+			s.publishToPeers(j.u, userEvent{Type: userPresence, Peer: j.uid, LastSeen: &seen})
+		}
 	}
 }
 

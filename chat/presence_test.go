@@ -24,7 +24,7 @@ func within(t *testing.T, d time.Duration, what string, fn func()) {
 
 // A store that has fallen behind on presence records must not hold up anybody's connect or
 // disconnect: thousands of them while the presence writer is stuck all return, and each user's
-// changes meanwhile are written as one record, their last.
+// changes meanwhile are written as one record, their last, all of them in one batch.
 func TestPresenceNeverHoldsUpConnects(t *testing.T) {
 	ts := newTestService(t)
 	release := make(chan struct{})
@@ -52,10 +52,15 @@ func TestPresenceNeverHoldsUpConnects(t *testing.T) {
 
 	ts.store.mu.Lock()
 	writes := slices.Clone(ts.store.presenceWrites)
+	batches := slices.Clone(ts.store.presenceBatches)
 	ts.store.mu.Unlock()
-	// The first record was taken before the writer got stuck; after it, one per user, the last.
-	if len(writes) > 1+len(users) {
-		t.Fatalf("%d presence records written for %d users, want at most %d: %q", len(writes), len(users), 1+len(users), writes)
+	// The first batch was taken before the writer got stuck; after it, one record per user, the
+	// last, in one batch.
+	if len(batches) != 2 {
+		t.Fatalf("the presence writer wrote %d batches (%v), want 2: the one it was stuck on and the rest at once", len(batches), batches)
+	}
+	if max := batches[0] + len(users); len(writes) > max {
+		t.Fatalf("%d presence records written for %d users, want at most %d: %q", len(writes), len(users), max, writes)
 	}
 	for _, u := range users {
 		if !slices.Contains(writes, "offline "+u) {

@@ -72,9 +72,8 @@ type Store interface {
 	SetName(ctx context.Context, userID, name string) error
 	Profiles(ctx context.Context, ids []string) ([]storage.User, error)
 	FindUsers(ctx context.Context, prefix, except string, limit int64) ([]storage.User, error)
-	MarkOnline(ctx context.Context, userID, node string, at time.Time) ([]string, error)
-	MarkOffline(ctx context.Context, userID, node string) ([]string, error)
-	SetLastSeen(ctx context.Context, userID string, at time.Time) error
+	RecordPresence(ctx context.Context, node string, online, offline []string, at time.Time) (map[string][]string, error)
+	SetLastSeen(ctx context.Context, userIDs []string, at time.Time) error
 	PresenceOf(ctx context.Context, userIDs []string) (map[string]storage.Presence, error)
 	AddMembers(ctx context.Context, id string, userIDs []string) error
 	RemoveMember(ctx context.Context, id, userID string) error

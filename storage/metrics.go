@@ -42,8 +42,7 @@ const (
 	opMissingUsers        = op("missing_users")
 	opSetHideReceipts     = op("set_hide_receipts")
 	opSetHidePresence     = op("set_hide_presence")
-	opMarkOnline          = op("mark_online")
-	opMarkOffline         = op("mark_offline")
+	opRecordPresence      = op("record_presence")
 	opSetLastSeen         = op("set_last_seen")
 	opPresenceOf          = op("presence_of")
 	opForgetNodePresence  = op("forget_node_presence")
@@ -63,8 +62,8 @@ var ops = []op{
 	opPing, opInsertMessages, opMessageByClientID, opHighestSeq, opMessageRange, opExplainMessageRange, opUpdateMessages,
 	opChangedMessages, opRecordDeleted, opEnsureConversation, opConversation, opConversationsOf, opAdvanceCounters, opAddMembers, opRemoveMember,
 	opHideConversation, opAdvanceCursors, opCursorsOf, opCountReaders, opCountDelivered, opReaders, opEnsureUser, opReviveUser,
-	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opSetHidePresence, opMarkOnline,
-	opMarkOffline, opSetLastSeen, opPresenceOf, opForgetNodePresence, opBlock, opUnblock, opBlocksOf, opBlocked,
+	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opSetHidePresence, opRecordPresence,
+	opSetLastSeen, opPresenceOf, opForgetNodePresence, opBlock, opUnblock, opBlocksOf, opBlocked,
 	opBlockedWith, opDeleteAccount, opBackfill, opSetName, opProfiles, opFindUsers,
 }
 

@@ -3,9 +3,11 @@ package storage
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -37,37 +39,48 @@ func presenceID(userID, node string) string { return userID + "|" + node }
 // lastSeen written on the account could undo a rename or a privacy change made at the same moment.
 const lastSeenNode = ""
 
-// MarkOnline records that node holds a connection of userID (its first one there) and returns
-// every node that does now. Repeating it changes nothing.
-func (s *Store) MarkOnline(ctx context.Context, userID, node string, at time.Time) (_ []string, err error) {
-	defer s.metrics.observe(opMarkOnline, time.Now(), &err)
-	doc := presenceDoc{ID: presenceID(userID, node), UserID: userID, Node: node, Since: at}
-	if _, err := s.presence.UpdateOne(ctx, bson.D{{Key: "_id", Value: doc.ID}},
-		bson.D{{Key: "$setOnInsert", Value: doc}}, options.UpdateOne().SetUpsert(true)); err != nil {
-		return nil, fmt.Errorf("mark %s online on %s: %w", userID, node, err)
+// RecordPresence records a node's changes of its users' presence: each user of online has a
+// first connection there now, each of offline has lost their last one there. It returns, for
+// every one of them who is anywhere, the nodes that hold a connection of theirs after it. It
+// costs three round trips whatever the number of users (the records written, those deleted, one
+// read of all of theirs), so a node records a reconnect storm in a few batches: two round trips a
+// user took minutes for 5,000 users on the embedded store, where each read scans the records.
+// Every record is written or deleted before the read, so of two nodes whose last connections of
+// a user close at once, at least one finds the other gone. Repeating it changes nothing.
+func (s *Store) RecordPresence(ctx context.Context, node string, online, offline []string, at time.Time) (_ map[string][]string, err error) {
+	defer s.metrics.observe(opRecordPresence, time.Now(), &err)
+	if len(online) > 0 {
+		models := make([]mongo.WriteModel, len(online))
+		for i, uid := range online {
+			doc := presenceDoc{ID: presenceID(uid, node), UserID: uid, Node: node, Since: at}
+			models[i] = mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: doc.ID}}).
+				SetUpdate(bson.D{{Key: "$setOnInsert", Value: doc}}).SetUpsert(true)
+		}
+		if _, err := s.presence.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+			return nil, fmt.Errorf("mark %d users online on %s: %w", len(online), node, err)
+		}
 	}
-	return s.onlineNodes(ctx, userID)
-}
-
-// MarkOffline records that node no longer holds a connection of userID (its last one there
-// closed) and returns the nodes that still do. Of two nodes whose last connections of a user
-// close at once, at least one finds the other gone: each deletes its own record before it looks.
-func (s *Store) MarkOffline(ctx context.Context, userID, node string) (_ []string, err error) {
-	defer s.metrics.observe(opMarkOffline, time.Now(), &err)
-	if _, err := s.presence.DeleteOne(ctx, bson.D{{Key: "_id", Value: presenceID(userID, node)}}); err != nil {
-		return nil, fmt.Errorf("mark %s offline on %s: %w", userID, node, err)
+	if len(offline) > 0 {
+		ids := make([]string, len(offline))
+		for i, uid := range offline {
+			ids[i] = presenceID(uid, node)
+		}
+		if _, err := s.presence.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}); err != nil {
+			return nil, fmt.Errorf("mark %d users offline on %s: %w", len(offline), node, err)
+		}
 	}
-	return s.onlineNodes(ctx, userID)
-}
-
-func (s *Store) onlineNodes(ctx context.Context, userID string) ([]string, error) {
-	docs, err := s.presenceDocs(ctx, bson.D{{Key: "userId", Value: userID}, {Key: "node", Value: bson.D{{Key: "$ne", Value: lastSeenNode}}}})
+	users := append(slices.Clone(online), offline...)
+	if len(users) == 0 {
+		return map[string][]string{}, nil
+	}
+	docs, err := s.presenceDocs(ctx, bson.D{{Key: "userId", Value: bson.D{{Key: "$in", Value: users}}},
+		{Key: "node", Value: bson.D{{Key: "$ne", Value: lastSeenNode}}}})
 	if err != nil {
 		return nil, err
 	}
-	nodes := make([]string, len(docs))
-	for i, d := range docs {
-		nodes[i] = d.Node
+	nodes := make(map[string][]string, len(users))
+	for _, d := range docs {
+		nodes[d.UserID] = append(nodes[d.UserID], d.Node)
 	}
 	return nodes, nil
 }
@@ -84,16 +97,23 @@ func (s *Store) presenceDocs(ctx context.Context, filter bson.D) ([]presenceDoc,
 	return docs, nil
 }
 
-// SetLastSeen records when a user's last connection anywhere closed; it only moves forward.
-func (s *Store) SetLastSeen(ctx context.Context, userID string, at time.Time) (err error) {
+// SetLastSeen records, for each of userIDs, that their last connection anywhere closed at at; it
+// only moves forward. One round trip whatever the number of users.
+func (s *Store) SetLastSeen(ctx context.Context, userIDs []string, at time.Time) (err error) {
 	defer s.metrics.observe(opSetLastSeen, time.Now(), &err)
-	_, err = s.presence.UpdateOne(ctx, bson.D{{Key: "_id", Value: presenceID(userID, lastSeenNode)}},
-		bson.D{
-			{Key: "$max", Value: bson.D{{Key: "since", Value: at}}},
-			{Key: "$setOnInsert", Value: bson.D{{Key: "userId", Value: userID}, {Key: "node", Value: lastSeenNode}}},
-		}, options.UpdateOne().SetUpsert(true))
-	if err != nil {
-		return fmt.Errorf("set last seen of %s: %w", userID, err)
+	models := make([]mongo.WriteModel, len(userIDs))
+	for i, uid := range userIDs {
+		models[i] = mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: presenceID(uid, lastSeenNode)}}).
+			SetUpdate(bson.D{
+				{Key: "$max", Value: bson.D{{Key: "since", Value: at}}},
+				{Key: "$setOnInsert", Value: bson.D{{Key: "userId", Value: uid}, {Key: "node", Value: lastSeenNode}}},
+			}).SetUpsert(true)
+	}
+	if len(models) == 0 {
+		return nil
+	}
+	if _, err := s.presence.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+		return fmt.Errorf("set last seen of %d users: %w", len(userIDs), err)
 	}
 	return nil
 }

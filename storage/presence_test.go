@@ -21,7 +21,7 @@ func TestLastDisconnectsOnTwoNodesAtOnce(t *testing.T) {
 	defer cancel()
 	for round := range 20 {
 		for _, node := range []string{"a", "b"} {
-			if _, err := s.MarkOnline(ctx, "alice", node, time.Now()); err != nil {
+			if _, err := s.RecordPresence(ctx, node, []string{"alice"}, nil, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -29,11 +29,11 @@ func TestLastDisconnectsOnTwoNodesAtOnce(t *testing.T) {
 		left := make([][]string, 2)
 		for i, node := range []string{"a", "b"} {
 			wg.Go(func() {
-				nodes, err := s.MarkOffline(ctx, "alice", node)
+				nodes, err := s.RecordPresence(ctx, node, nil, []string{"alice"}, time.Now())
 				if err != nil {
 					t.Error(err)
 				}
-				left[i] = nodes
+				left[i] = nodes["alice"]
 			})
 		}
 		wg.Wait()
@@ -50,8 +50,9 @@ func TestLastDisconnectsOnTwoNodesAtOnce(t *testing.T) {
 	}
 }
 
-// TestPresenceRecords: marking online twice records one node; a restarted node's records are
-// forgotten; last seen only moves forward; the privacy switch is kept.
+// TestPresenceRecords: marking online twice records one node; one batch records users coming and
+// going and answers, for each, the nodes holding them; a restarted node's records are forgotten;
+// last seen only moves forward; the privacy switch is kept.
 func TestPresenceRecords(t *testing.T) {
 	s := testenv.Store(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -60,22 +61,40 @@ func TestPresenceRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if _, err := s.MarkOnline(ctx, "alice", "a", time.Now()); err != nil {
+		if _, err := s.RecordPresence(ctx, "a", []string{"alice", "bob"}, nil, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	nodes, err := s.MarkOnline(ctx, "alice", "b", time.Now())
-	if err != nil || !slices.Equal(sorted(nodes), []string{"a", "b"}) {
-		t.Fatalf("alice on a (twice) and b: nodes %v, %v; want [a b]", nodes, err)
+	batches := []struct {
+		node            string
+		online, offline []string
+		want            map[string][]string // bob, gone from a, is on no node
+	}{
+		{"b", []string{"alice", "carol"}, nil, map[string][]string{"alice": {"a", "b"}, "carol": {"b"}}},
+		{"a", []string{"dave"}, []string{"bob"}, map[string][]string{"dave": {"a"}}},
+	}
+	for _, b := range batches {
+		nodes, err := s.RecordPresence(ctx, b.node, b.online, b.offline, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes) != len(b.want) {
+			t.Fatalf("%v coming to %s and %v leaving it: %v; want %v", b.online, b.node, b.offline, nodes, b.want)
+		}
+		for uid, w := range b.want {
+			if got := sorted(nodes[uid]); !slices.Equal(got, w) {
+				t.Fatalf("%s is on %v; want %v (all: %v)", uid, got, w, nodes)
+			}
+		}
 	}
 	if err := s.ForgetNodePresence(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
 	later := time.Now().UTC().Truncate(time.Millisecond)
-	if err := s.SetLastSeen(ctx, "alice", later); err != nil {
+	if err := s.SetLastSeen(ctx, []string{"alice", "bob"}, later); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetLastSeen(ctx, "alice", later.Add(-time.Hour)); err != nil {
+	if err := s.SetLastSeen(ctx, []string{"alice"}, later.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetHidePresence(ctx, "alice", true); err != nil {
@@ -116,7 +135,7 @@ func TestLastSeenNeverUndoesARename(t *testing.T) {
 		var wg sync.WaitGroup
 		var renameErr, seenErr error
 		wg.Go(func() { renameErr = s.SetName(ctx, "mary", name) })
-		wg.Go(func() { seenErr = s.SetLastSeen(ctx, "mary", seen.Add(time.Duration(i)*time.Second)) })
+		wg.Go(func() { seenErr = s.SetLastSeen(ctx, []string{"mary"}, seen.Add(time.Duration(i)*time.Second)) })
 		wg.Wait()
 		if renameErr != nil || seenErr != nil {
 			t.Fatal(renameErr, seenErr)
