@@ -27,16 +27,20 @@ import (
 )
 
 // The benchmarks in this file measure the node's fan-out with real sockets: one node, NATS
-// in-process, the store in its own process (testenv), and 5,000 bare WebSocket receivers in this
-// process. Because the receivers live here, every figure includes their reading, and
-// ReportAllocs counts the allocations of the whole process (server, NATS, receivers).
+// in-process, the store in its own process (testenv), and 5,000 bare WebSocket receivers. In
+// BenchmarkFanout5000 the receivers live in this process, so every figure includes their reading,
+// and ReportAllocs counts the allocations of the whole process (server, NATS, receivers). In
+// BenchmarkFanoutApart5000 they live in a process of their own (this test binary run again, see
+// TestMain), so the times and the CPU are the node's own, and the receivers reach the node's
+// goroutines only through the operating system's scheduler, as a node's clients do.
 //
-// Setup (5,000 sign-ins, dials and a 5,000-member group) takes minutes, so one benchmark,
-// BenchmarkFanout5000, builds it once and runs the measurements (send, HeadOfLine, DeliveryCPU) as
-// sub-benchmarks sharing it; -bench selects them through the parent's name:
+// Setup (5,000 sign-ins, dials and a 5,000-member group) takes minutes, so each benchmark builds
+// it once and runs the measurements (send, HeadOfLine, DeliveryCPU) as sub-benchmarks sharing it;
+// -bench selects them through the parent's name:
 //
 //	go test -run '^$' -bench 'Fanout5000' -benchtime 20x -count 3 ./node/
 //	go test -run '^$' -bench 'Fanout5000/HeadOfLine' -benchtime 20x ./node/
+//	go test -run '^$' -bench 'FanoutApart5000' -benchtime 20x -count 2 ./node/
 
 // Settings of these benchmarks, each with its reason.
 const (
@@ -86,7 +90,9 @@ var (
 //     out: hol-ms is its send-to-delivered time then, idle-ms the same with nothing running
 //     (target: within 10 ms). after-send sends the DM right after the group message is written,
 //     mid-fanout once the first receiver has the group message, so the overlap is certain;
-//     pct-fanout-at-hol says how much of the fan-out was done when the DM arrived.
+//     hol-ack-ms is the DM's send-to-ack time then (how much of hol-ms is the sender's side:
+//     the sequencer, the store and the ack's way back); pct-fanout-at-hol says how much of the
+//     fan-out was done when the DM arrived.
 //   - DeliveryCPU: process CPU time (user+sys) per delivery, chatd against the physical floor of
 //     a bare loop (one writer goroutine per connection, the same frame bytes, the same receivers);
 //     x-bare is the ratio (target <= 1.3), the n-th bare run against the n-th chatd run of -count,
@@ -94,8 +100,18 @@ var (
 //   - HeadOfLineBare: the floor of HeadOfLine/mid-fanout: the bare loop's broadcast to the same
 //     5,000 receivers, and mid-broadcast one frame written by another client that the bare server
 //     relays to one more receiver (one socket in, one out); hol-ms and idle-ms as there.
-func BenchmarkFanout5000(b *testing.B) {
-	f := startFanout(b)
+func BenchmarkFanout5000(b *testing.B) { benchmarkFanout(b, false) }
+
+// BenchmarkFanoutApart5000 is BenchmarkFanout5000 with the 5,000 receivers of the group (and of
+// the bare loop) in a process of their own: the process CPU is the node's (or the bare server's)
+// alone, and a head-of-line delay is the node's scheduling, not the receivers' reads queued ahead
+// of it on the same two cores. The senders, the DM's member and the relay stay in this process.
+func BenchmarkFanoutApart5000(b *testing.B) { benchmarkFanout(b, true) }
+
+// benchmarkFanout runs the sub-benchmarks of BenchmarkFanout5000, the receivers in a process of
+// their own if apart.
+func benchmarkFanout(b *testing.B, apart bool) {
+	f := startFanout(b, apart)
 	b.Run("send", f.benchSend)
 	b.Run("HeadOfLine", func(b *testing.B) {
 		b.Run("after-send", func(b *testing.B) { f.benchHeadOfLine(b, false) })
@@ -110,7 +126,7 @@ func BenchmarkFanout5000(b *testing.B) {
 		f.close()
 		runs := 0
 		b.Run("bare", func(b *testing.B) {
-			perDelivery := benchBareCPU(b, frame)
+			perDelivery := benchBareCPU(b, frame, apart)
 			if runs < len(chatd) {
 				ratio := chatd[runs] / perDelivery
 				b.ReportMetric(ratio, "x-bare")
@@ -125,7 +141,7 @@ func BenchmarkFanout5000(b *testing.B) {
 	b.Run("HeadOfLineBare", func(b *testing.B) {
 		frame := f.sampleFrame()
 		f.close() // if DeliveryCPU did not run: the file limit again
-		benchBareHeadOfLine(b, frame)
+		benchBareHeadOfLine(b, frame, apart)
 	})
 }
 
@@ -135,6 +151,7 @@ func BenchmarkFanout5000(b *testing.B) {
 type fanout struct {
 	node    *testenv.Node
 	ctx     context.Context
+	apart   bool // the group's receivers are in a process of their own
 	groupID string
 	dmID    string
 
@@ -143,28 +160,24 @@ type fanout struct {
 	drains   sync.WaitGroup
 	replyErr atomic.Pointer[string] // the first error frame either sender got
 
-	group   *receivers
-	fan     *tally // message frames of the group
-	lastSeq []int64
-	badSeq  atomic.Int64 // message frames whose seq was not the receiver's last plus one
-	joined  atomic.Int64 // receivers told of the group
-	sample  atomic.Pointer[[]byte]
+	group groupReceivers
+	fan   *tally // message frames of the group
 
 	dm        *receivers
 	dmTally   *tally
-	fanAtDM   atomic.Int64 // fan.n when the DM last reached its member
+	fanAtDM   atomic.Int64 // fan.n when the DM last reached its member (receivers here only)
 	dmJoined  atomic.Bool
 	closeOnce sync.Once
 }
 
-func startFanout(b *testing.B) *fanout {
+func startFanout(b *testing.B, apart bool) *fanout {
 	b.Helper()
 	setupStart := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), fanSetupTimeout)
 	b.Cleanup(cancel)
 	env := testenv.NewEnv(b)
 	n := testenv.StartNode(fanStderrLog{b}, env.NodeConfig())
-	f := &fanout{node: n, ctx: ctx, fan: newTally(fanMembers), dmTally: newTally(1), lastSeq: make([]int64, fanMembers)}
+	f := &fanout{node: n, ctx: ctx, apart: apart, fan: newTally(fanMembers), dmTally: newTally(1)}
 	b.Cleanup(f.close) // before the node's own cleanup, which then finds it stopped
 
 	f.sender = testenv.Connect(b, n.URL(), "fan-sender")
@@ -172,12 +185,8 @@ func startFanout(b *testing.B) *fanout {
 	f.drain(f.sender)
 	f.drain(f.dmSender)
 
-	names := make([]string, fanMembers)
-	for i := range names {
-		names[i] = fmt.Sprintf("fan%04d", i)
-	}
 	var err error
-	f.group, err = dialReceivers(ctx, fanMembers, chatdDialer(n.URL(), names), f.onGroupFrame)
+	f.group, err = startGroup(ctx, apart, receiverTarget{chatd: true, url: n.URL()}, f.fan)
 	if err != nil {
 		b.Fatalf("connect receivers: %v", err)
 	}
@@ -187,7 +196,7 @@ func startFanout(b *testing.B) *fanout {
 	}
 	dialed := time.Since(setupStart)
 
-	group, err := f.sender.CreateGroup(ctx, "fan-out", names) // dev-mode user ids are the names
+	group, err := f.sender.CreateGroup(ctx, "fan-out", groupNames()) // dev-mode user ids are the names
 	if err != nil {
 		b.Fatalf("create group: %v", err)
 	}
@@ -198,7 +207,7 @@ func startFanout(b *testing.B) *fanout {
 	}
 	f.dmID = dm.ID
 	testenv.CheckFor(b, 2*time.Minute, 50*time.Millisecond, func() error {
-		if joined, dm := f.joined.Load(), f.dmJoined.Load(); joined < fanMembers || !dm {
+		if joined, dm := f.group.joined(), f.dmJoined.Load(); joined < fanMembers || !dm {
 			return fmt.Errorf("%d of %d receivers were told of the group (DM receiver told: %v)", joined, fanMembers, dm)
 		}
 		return nil
@@ -230,24 +239,6 @@ func (f *fanout) drain(c *client.Conn) {
 			}
 		}
 	})
-}
-
-func (f *fanout) onGroupFrame(i int, data []byte) {
-	switch {
-	case bytes.HasPrefix(data, fanMessagePrefix):
-		seq := frameSeq(data)
-		if seq != f.lastSeq[i]+1 { // only this receiver's reader touches its element
-			f.badSeq.Add(1)
-		}
-		f.lastSeq[i] = seq
-		if i == 0 && f.sample.Load() == nil {
-			frame := bytes.Clone(data)
-			f.sample.Store(&frame)
-		}
-		f.fan.add(i)
-	case bytes.HasPrefix(data, fanConversationPrefix):
-		f.joined.Add(1)
-	}
 }
 
 func (f *fanout) onDMFrame(_ int, data []byte) {
@@ -298,13 +289,11 @@ func (f *fanout) check(b *testing.B) {
 	if msg := f.replyErr.Load(); msg != nil {
 		b.Errorf("a sender got an %s", *msg)
 	}
-	if n := f.badSeq.Load(); n > 0 {
-		b.Errorf("%d message frames were not the next seq of their receiver (gap, duplicate or reorder)", n)
+	if s := f.group.problems(); s != "" {
+		b.Errorf("group receivers: %s", s)
 	}
-	for _, r := range []*receivers{f.group, f.dm} {
-		if s := r.unexpectedCloses(); s != "" {
-			b.Errorf("the server closed receivers' sockets: %s", s)
-		}
+	if s := f.dm.unexpectedCloses(); s != "" {
+		b.Errorf("the server closed the DM receiver's socket: %s", s)
 	}
 }
 
@@ -346,7 +335,7 @@ func (f *fanout) benchSend(b *testing.B) {
 // is sent once the first receiver has the group message; otherwise right after the group
 // message's frame is written.
 func (f *fanout) benchHeadOfLine(b *testing.B, midFanout bool) {
-	var holSum, idleSum, maxHol time.Duration
+	var holSum, idleSum, maxHol, ackSum time.Duration
 	var doneAtHol float64
 	iterations := 0
 	b.ReportAllocs()
@@ -361,13 +350,21 @@ func (f *fanout) benchHeadOfLine(b *testing.B, midFanout bool) {
 			}
 		}
 		start := time.Now()
-		if err := f.sendDM(fmt.Sprintf("during %d", iterations)); err != nil {
-			b.Fatalf("post to the dm: %v", err)
-		}
+		acked := make(chan error, 1)
+		var ack time.Duration
+		go func() {
+			_, err := f.dmSender.Send(f.ctx, f.dmID, fmt.Sprintf("during %d", iterations))
+			ack = time.Since(start)
+			acked <- err
+		}()
 		_, got, err := f.dmTally.wait()
 		if err != nil {
 			b.Fatalf("dm during fan-out %d: %v", iterations, err)
 		}
+		if err := <-acked; err != nil {
+			b.Fatalf("dm during fan-out %d: %v", iterations, err)
+		}
+		ackSum += ack
 		hol := got.at.Sub(start)
 		doneAtHol += float64(f.fanAtDM.Load()-base) / fanMembers
 		if midFanout {
@@ -394,14 +391,17 @@ func (f *fanout) benchHeadOfLine(b *testing.B, midFanout bool) {
 	f.check(b)
 	n := float64(iterations)
 	b.ReportMetric(ms(holSum)/n, "hol-ms")
+	b.ReportMetric(ms(ackSum)/n, "hol-ack-ms")
 	b.ReportMetric(ms(maxHol), "max-hol-ms")
 	b.ReportMetric(ms(idleSum)/n, "idle-ms")
-	b.ReportMetric(100*doneAtHol/n, "pct-fanout-at-hol")
+	if !f.apart { // the receivers' count is only known here
+		b.ReportMetric(100*doneAtHol/n, "pct-fanout-at-hol")
+	}
 }
 
 // benchCPU returns and reports the process CPU time per delivery over the loop. The store runs in
-// its own process and is not counted; NATS, the node, the sender and the 5,000 receivers' reads
-// are (the bare loop counts its receivers' reads alike).
+// its own process and is not counted; NATS, the node, the sender and, unless apart, the 5,000
+// receivers' reads are (the bare loop counts its receivers' reads alike).
 func (f *fanout) benchCPU(b *testing.B) float64 {
 	iterations := 0
 	b.ReportAllocs()
@@ -422,8 +422,8 @@ func (f *fanout) benchCPU(b *testing.B) float64 {
 // sampleFrame is a message frame a receiver got from the node, for the bare loop to broadcast;
 // if none arrived (the chatd sub-benchmarks were not selected) an encoded one like it.
 func (f *fanout) sampleFrame() []byte {
-	if p := f.sample.Load(); p != nil {
-		return *p
+	if frame := f.group.sample(); frame != nil {
+		return frame
 	}
 	frame, _ := protocol.EncodeMessagePush(protocol.Message{ConversationID: f.groupID, Seq: 1,
 		SenderID: "fan-sender", Kind: protocol.KindText, Body: "fan-out 1", CreatedAt: time.Now().UTC(),
@@ -455,32 +455,38 @@ func (f *fanout) close() {
 // accepting fanMembers bare receivers, one writer goroutine per connection fed by a channel (and
 // a reader that discards what the client sends, as any server must read to see pings and
 // closes), broadcasting frame to every connection per iteration until every receiver has read
-// it. It returns and reports the process CPU time per delivery, receivers' reads included.
-func benchBareCPU(b *testing.B, frame []byte) float64 {
-	bare := startBare(b, frame)
+// it. It returns and reports the process CPU time per delivery (receivers' reads included unless
+// apart) and reports ms-to-last, the broadcast until the last receiver has it.
+func benchBareCPU(b *testing.B, frame []byte, apart bool) float64 {
+	bare := startBare(b, frame, apart)
 	defer bare.close()
+	var lastSum time.Duration
 	iterations := 0
 	b.ReportAllocs()
 	cpu0 := processCPU(b)
 	for b.Loop() {
+		start := time.Now()
 		bare.srv.broadcast(frame)
-		if _, _, err := bare.all.wait(); err != nil {
+		_, last, err := bare.all.wait()
+		if err != nil {
 			b.Fatalf("bare round %d: %v", iterations, err)
 		}
+		lastSum += last.at.Sub(start)
 		iterations++
 	}
 	used := processCPU(b) - cpu0
 	bare.check(b)
 	perDelivery := float64(used.Microseconds()) / float64(iterations*fanMembers)
 	b.ReportMetric(perDelivery, "cpu-us/delivery")
+	b.ReportMetric(ms(lastSum)/float64(iterations), "ms-to-last")
 	return perDelivery
 }
 
 // benchBareHeadOfLine is the floor of HeadOfLine/mid-fanout: once the first receiver has the
 // broadcast frame, a client writes a frame that the bare server relays to one more receiver; the
 // time until that receiver has it, and the same with nothing else going on.
-func benchBareHeadOfLine(b *testing.B, frame []byte) {
-	bare := startBare(b, frame)
+func benchBareHeadOfLine(b *testing.B, frame []byte, apart bool) {
+	bare := startBare(b, frame, apart)
 	defer bare.close()
 	ctx, cancel := context.WithTimeout(context.Background(), fanSetupTimeout)
 	defer cancel()
@@ -546,35 +552,27 @@ func benchBareHeadOfLine(b *testing.B, frame []byte) {
 
 // bareRun is the bare loop with its fanMembers receivers connected and warmed up.
 type bareRun struct {
-	srv  *bareServer
-	hs   *httptest.Server
-	url  string // ws:// base of the server
-	recv *receivers
-	all  *tally
+	srv   *bareServer
+	hs    *httptest.Server
+	url   string // ws:// base of the server
+	group groupReceivers
+	all   *tally
 }
 
-// startBare starts the bare server, connects fanMembers receivers that count message frames and
-// broadcasts frame once to warm up like the chatd side.
-func startBare(b *testing.B, frame []byte) *bareRun {
+// startBare starts the bare server, connects fanMembers receivers that count message frames (in
+// a process of their own if apart) and broadcasts frame once to warm up like the chatd side.
+func startBare(b *testing.B, frame []byte, apart bool) *bareRun {
 	ctx, cancel := context.WithTimeout(context.Background(), fanSetupTimeout)
 	defer cancel()
 	srv := newBareServer()
 	hs := httptest.NewServer(srv)
 	x := &bareRun{srv: srv, hs: hs, url: "ws" + strings.TrimPrefix(hs.URL, "http"), all: newTally(fanMembers)}
-	recv, err := dialReceivers(ctx, fanMembers, func(ctx context.Context, _ int) (*websocket.Conn, error) {
-		c, _, err := websocket.Dial(ctx, x.url+"/ws", nil)
-		return c, err
-	}, func(i int, data []byte) {
-		if bytes.HasPrefix(data, fanMessagePrefix) {
-			_ = frameSeq(data) // the chatd receivers parse it too
-			x.all.add(i)
-		}
-	})
+	group, err := startGroup(ctx, apart, receiverTarget{url: x.url}, x.all)
 	if err != nil {
 		x.close()
 		b.Fatalf("connect bare receivers: %v", err)
 	}
-	x.recv = recv
+	x.group = group
 	testenv.CheckFor(b, time.Minute, 10*time.Millisecond, func() error {
 		if got := srv.count(); got < fanMembers {
 			return fmt.Errorf("the bare server has %d of %d connections", got, fanMembers)
@@ -591,15 +589,15 @@ func startBare(b *testing.B, frame []byte) *bareRun {
 
 // check fails b if the bare server closed a receiver's socket.
 func (x *bareRun) check(b *testing.B) {
-	if s := x.recv.unexpectedCloses(); s != "" {
-		b.Errorf("bare sockets closed: %s", s)
+	if s := x.group.problems(); s != "" {
+		b.Errorf("bare receivers: %s", s)
 	}
 }
 
 // close ends the receivers and the server.
 func (x *bareRun) close() {
-	if x.recv != nil {
-		x.recv.close()
+	if x.group != nil {
+		x.group.close()
 	}
 	x.srv.close()
 	x.hs.Close()
