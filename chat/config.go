@@ -39,6 +39,9 @@ const (
 	// batch shares one OpTimeout and the embedded store commits each upsert on its own: 256
 	// took 4.5-5.1 s there, a machine's hiccup away from the timeout; 64 take about a second.
 	presenceBatch = 64
+	// presenceRetryPause is how long the presence writer waits after the store failed a batch
+	// before it writes the batch again, so a store that refuses at once is not asked in a loop.
+	presenceRetryPause = time.Second
 )
 
 // Config tunes a Service. Zero fields take the defaults above.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -63,6 +64,8 @@ type fakeStore struct {
 	beforePresence  func(ctx context.Context)
 	presenceWrites  []string
 	presenceBatches []int
+	// presenceFailures is how many RecordPresence calls fail from now on, writing nothing.
+	presenceFailures int
 }
 
 var _ Store = (*fakeStore)(nil)
@@ -308,6 +311,10 @@ func (f *fakeStore) RecordPresence(ctx context.Context, node string, online, off
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.presenceFailures > 0 {
+		f.presenceFailures--
+		return nil, errors.New("fake store: presence refused")
+	}
 	f.presenceBatches = append(f.presenceBatches, len(online)+len(offline))
 	for _, uid := range online {
 		f.presenceWrites = append(f.presenceWrites, "online "+uid)

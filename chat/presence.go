@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
@@ -111,6 +112,28 @@ func (q *presenceQueue) take(max int) []presenceJob {
 	return jobs
 }
 
+// retry puts back the jobs of a batch the store failed, ahead of what waits, except those of users
+// with a newer change waiting, which replaces theirs; after stop it drops them, as put does.
+func (q *presenceQueue) retry(jobs []presenceJob) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return
+	}
+	var back []string
+	for _, j := range jobs {
+		if _, newer := q.waiting[j.uid]; !newer {
+			q.waiting[j.uid] = j
+			back = append(back, j.uid)
+		}
+	}
+	q.order = append(back, q.order...)
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
 // awaitIdle returns a channel closed once nothing waits and the writer has finished what it took.
 func (q *presenceQueue) awaitIdle() <-chan struct{} {
 	q.mu.Lock()
@@ -140,8 +163,8 @@ func (q *presenceQueue) stop() bool {
 // (recording presence inside Open cost the owner-crash failover about a second of store time).
 // In batches, because one user at a time cost the store two round trips a user, and on the
 // embedded store a read scanning the records each: 5,000 connects took minutes to record, during
-// which every send waited behind them for the store. After Stop it writes what waits, until ctx
-// ends.
+// which every send waited behind them for the store. A batch the store fails is written again
+// after presenceRetryPause. After Stop it writes what waits, until ctx ends.
 func (s *Service) recordPresences(ctx context.Context) {
 	defer close(s.presenceDone)
 	for ctx.Err() == nil {
@@ -162,8 +185,16 @@ func (s *Service) recordPresences(ctx context.Context) {
 			}
 		}
 		opCtx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-		s.writePresence(opCtx, jobs)
+		err := s.writePresence(opCtx, jobs)
 		cancel()
+		if err != nil {
+			s.log.Warn().Err(err).Int("users", len(jobs)).Dur("retryIn", presenceRetryPause).Msg("record presence")
+			s.presence.retry(jobs)
+			select {
+			case <-time.After(presenceRetryPause):
+			case <-ctx.Done():
+			}
+		}
 	}
 }
 
@@ -193,7 +224,8 @@ func (s *Service) Stop(ctx context.Context) {
 // those whose presence changed anywhere: a user who came online here and whom no other live node
 // holds is online; a user whose last connection here closed and whom no other live node holds
 // was last seen now (stored first). Users who hide their presence are recorded, not announced.
-func (s *Service) writePresence(ctx context.Context, jobs []presenceJob) {
+// It fails, announcing nothing, when the records could not be written.
+func (s *Service) writePresence(ctx context.Context, jobs []presenceJob) error {
 	var online, offline []string
 	for _, j := range jobs {
 		if j.online {
@@ -204,8 +236,7 @@ func (s *Service) writePresence(ctx context.Context, jobs []presenceJob) {
 	}
 	nodes, err := s.store.RecordPresence(ctx, s.cfg.NodeID, online, offline, now())
 	if err != nil {
-		s.log.Warn().Err(err).Int("users", len(jobs)).Msg("record presence")
-		return
+		return err
 	}
 	var gone []presenceJob
 	for _, j := range jobs {
@@ -218,7 +249,7 @@ func (s *Service) writePresence(ctx context.Context, jobs []presenceJob) {
 		}
 	}
 	if len(gone) == 0 {
-		return
+		return nil
 	}
 	seen := now()
 	uids := make([]string, len(gone))
@@ -233,6 +264,7 @@ func (s *Service) writePresence(ctx context.Context, jobs []presenceJob) {
 			s.publishToPeers(j.u, userEvent{Type: userPresence, Peer: j.uid, LastSeen: &seen})
 		}
 	}
+	return nil
 }
 
 // publishToPeers sends an event about an online user (presence, profile) to each of their peers.

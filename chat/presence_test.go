@@ -69,6 +69,24 @@ func TestPresenceNeverHoldsUpConnects(t *testing.T) {
 	}
 }
 
+// A batch of presence records the store failed is written again: a user whose first connection's
+// record failed twice is recorded online once the store answers.
+func TestPresenceRetriedAfterAStoreError(t *testing.T) {
+	ts := newTestService(t)
+	ts.store.mu.Lock()
+	ts.store.presenceFailures = 2
+	ts.store.mu.Unlock()
+	ts.open("alice")
+	within(t, 30*time.Second, "writing presence after two failures", ts.svc.awaitPresence)
+
+	ts.store.mu.Lock()
+	online, left := ts.store.onlineNodesLocked("alice"), ts.store.presenceFailures
+	ts.store.mu.Unlock()
+	if left != 0 || len(online) == 0 {
+		t.Fatalf("alice is connected; after the store failed %d of 2 batches she is online on %v", 2-left, online)
+	}
+}
+
 // Stop gives up on a store that does not answer once its context ends, and a connection that
 // closes after it (a session still ending at shutdown) neither panics nor waits.
 func TestStopDoesNotWaitForAStuckStore(t *testing.T) {
