@@ -113,7 +113,8 @@ func (q *presenceQueue) take(max int) []presenceJob {
 }
 
 // retry puts back the jobs of a batch the store failed, ahead of what waits, except those of users
-// with a newer change waiting, which replaces theirs; after stop it drops them, as put does.
+// with a newer change waiting, which replaces theirs; after stop it drops them, as put does. Only
+// the writer calls it, and takes them next, so it wakes nobody.
 func (q *presenceQueue) retry(jobs []presenceJob) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -128,10 +129,6 @@ func (q *presenceQueue) retry(jobs []presenceJob) {
 		}
 	}
 	q.order = append(back, q.order...)
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
 }
 
 // awaitIdle returns a channel closed once nothing waits and the writer has finished what it took.
