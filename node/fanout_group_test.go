@@ -235,7 +235,10 @@ func (g *childGroup) listen(stdout io.Reader) {
 			default:
 			}
 		case "problems":
-			g.answers <- rest
+			select { // an answer that came after problems gave up is dropped, never waited on
+			case g.answers <- rest:
+			default:
+			}
 		case "fail":
 			g.failed.CompareAndSwap(nil, &rest)
 		}
