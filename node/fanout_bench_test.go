@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -405,6 +407,8 @@ func (f *fanout) benchHeadOfLine(b *testing.B, midFanout bool) {
 func (f *fanout) benchCPU(b *testing.B) float64 {
 	iterations := 0
 	b.ReportAllocs()
+	stop := profileLoop(b, "chatd")
+	defer stop()
 	cpu0 := processCPU(b)
 	for b.Loop() {
 		if _, err := f.sendToGroup(fmt.Sprintf("cpu %d", iterations)); err != nil {
@@ -463,6 +467,8 @@ func benchBareCPU(b *testing.B, frame []byte, apart bool) float64 {
 	var lastSum time.Duration
 	iterations := 0
 	b.ReportAllocs()
+	stop := profileLoop(b, "bare")
+	defer stop()
 	cpu0 := processCPU(b)
 	for b.Loop() {
 		start := time.Now()
@@ -499,6 +505,14 @@ func benchBareHeadOfLine(b *testing.B, frame []byte, apart bool) {
 		b.Fatalf("connect the relay's receiver: %v", err)
 	}
 	defer dm.close()
+	// The server registers the receiver after the handshake the dial returned on: a frame
+	// relayed before that would be dropped, so the sender connects only once it has.
+	testenv.CheckFor(b, time.Minute, time.Millisecond, func() error {
+		if bare.srv.dm.Load() == nil {
+			return errors.New("the bare server has not registered the relay's receiver")
+		}
+		return nil
+	})
 	// The sender's sync frame, like every receiver's first frame, is relayed too: read it.
 	sender, err := dialReceivers(ctx, 1, func(ctx context.Context, _ int) (*websocket.Conn, error) {
 		c, _, err := websocket.Dial(ctx, bare.url+"/relay", nil)
@@ -918,3 +932,28 @@ type fanStderrLog struct{ testing.TB }
 func (fanStderrLog) Log(args ...any) { fmt.Fprintln(os.Stderr, append([]any{"node log:"}, args...)...) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// profileLoop writes a CPU profile of one measurement loop alone to <dir>/<name>.prof when
+// CHAT_BENCH_PROFILE_DIR names a directory: go test's -cpuprofile would be mostly the setup's
+// 5,000 sign-ins and dials. The returned func ends the profile; with -count above 1 the last
+// run's is kept.
+func profileLoop(b *testing.B, name string) (stop func()) {
+	dir := os.Getenv("CHAT_BENCH_PROFILE_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	out, err := os.Create(filepath.Join(dir, name+".prof"))
+	if err != nil {
+		b.Fatalf("create the CPU profile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		_ = out.Close()
+		b.Fatalf("start the CPU profile: %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := out.Close(); err != nil {
+			b.Errorf("write the CPU profile: %v", err)
+		}
+	}
+}
