@@ -236,7 +236,7 @@ func SignClaims(secret []byte, c jwt.RegisteredClaims) (string, error) {
 // UserIDFromName checks and cleans a dev-mode display name (protocol.DisplayName, whose
 // ErrBadName it returns) and derives the user id from the clean name: lower case, each space one '-', when that
 // is a valid user id ("Ali  Ce" becomes "ali-ce"); otherwise, for names in other scripts or with
-// '.' or '\'', "u-" and 16 hex digits of the SHA-256 of the lower-case name ("José" becomes
+// '.' or an apostrophe, "u-" and 16 hex digits of the SHA-256 of the lower-case name ("José" becomes
 // "u-" + ...). The same name in any case gives the same id, so signing in again finds the user.
 func UserIDFromName(name string) (id, clean string, err error) {
 	clean, err = protocol.DisplayName(name)
