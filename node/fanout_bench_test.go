@@ -835,16 +835,19 @@ func (t *tally) add(who int) {
 	v := t.n.Add(1)
 	now := time.Now()
 	if (v-1)%t.per == 0 {
-		select {
-		case t.firsts <- stamp{now, who}:
-		default:
-		}
+		offer(t.firsts, stamp{now, who})
 	}
 	if v%t.per == 0 {
-		select {
-		case t.lasts <- stamp{now, who}:
-		default:
-		}
+		offer(t.lasts, stamp{now, who})
+	}
+}
+
+// offer puts s in ch unless ch is full, which happens only after a failed wait: a reader is never
+// blocked by a round that nobody waits for any more.
+func offer(ch chan<- stamp, s stamp) {
+	select {
+	case ch <- s:
+	default:
 	}
 }
 

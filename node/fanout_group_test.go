@@ -230,10 +230,7 @@ func (g *childGroup) listen(stdout io.Reader) {
 			if word == "last" {
 				ch = g.fan.lasts
 			}
-			select { // as tally.add: a full channel (only after a failed wait) drops the stamp
-			case ch <- s:
-			default:
-			}
+			offer(ch, s)
 		case "problems":
 			select { // an answer that came after problems gave up is dropped, never waited on
 			case g.answers <- rest:
