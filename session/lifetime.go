@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,9 +15,12 @@ import (
 // the registry lets go of its map whenever it empties.
 type lifetime struct {
 	done chan struct{} // closed by end
+	// ended is set by end just before done closes, as a cancelCtx sets its error. Err reads it
+	// rather than polling done: the writer asks before every frame, and a load of a word the
+	// session already has in cache is cheaper than a receive from a channel it has not.
+	ended atomic.Bool
 
-	mu    sync.Mutex
-	ended bool
+	mu    sync.Mutex           // orders AfterFunc against end
 	funcs map[*func()]struct{} // called by end; nil when empty
 }
 
@@ -25,12 +29,10 @@ func (l *lifetime) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (l *lifetime) Done() <-chan struct{} { return l.done }
 
 func (l *lifetime) Err() error {
-	select {
-	case <-l.done:
+	if l.ended.Load() {
 		return context.Canceled
-	default:
-		return nil
 	}
+	return nil
 }
 
 func (l *lifetime) Value(any) any { return nil }
@@ -41,7 +43,7 @@ func (l *lifetime) Value(any) any { return nil }
 func (l *lifetime) AfterFunc(f func()) (stop func() bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended {
+	if l.ended.Load() {
 		go f()
 		return func() bool { return false }
 	}
@@ -69,7 +71,7 @@ func (l *lifetime) AfterFunc(f func()) (stop func() bool) {
 // goroutine of their own.
 func (l *lifetime) end() {
 	l.mu.Lock()
-	l.ended = true
+	l.ended.Store(true)
 	funcs := l.funcs
 	l.funcs = nil
 	close(l.done)

@@ -73,8 +73,8 @@ func (s *Session) Push(frame []byte) bool {
 		q.mu.Unlock()
 		return false
 	}
-	now := time.Now()
 	if queued := q.pushBytes + len(frame); queued > s.cfg.MaxQueuedBytes {
+		now := time.Now()
 		if q.overSince.IsZero() {
 			q.overSince = now
 		}
@@ -216,12 +216,17 @@ func (s *Session) closeOutbox() {
 }
 
 // round is what the writer does next.
-type round int
+type round struct {
+	next            roundKind
+	must, ephemeral int // for roundWrite: how many frames of each kind wait
+}
+
+type roundKind int
 
 const (
-	roundWrite  round = iota // frames wait: write a round
-	roundFinish              // the session is closing: flush and send the close frame
-	roundIdle                // nothing waits: the writer ends, and the next frame queued starts one
+	roundWrite  roundKind = iota // frames wait: write a round
+	roundFinish                  // the session is closing: flush and send the close frame
+	roundIdle                    // nothing waits: the writer ends, and the next frame queued starts one
 )
 
 // nextRound tells the writer what to do next; when it says roundIdle the writer is no longer
@@ -231,20 +236,13 @@ func (q *outbox) nextRound() round {
 	defer q.mu.Unlock()
 	switch {
 	case q.shut:
-		return roundFinish
+		return round{next: roundFinish}
 	case q.must.len() > 0 || q.ephOrder.len() > 0:
-		return roundWrite
+		return round{next: roundWrite, must: q.must.len(), ephemeral: q.ephOrder.len()}
 	default:
 		q.writing = false
-		return roundIdle
+		return round{next: roundIdle}
 	}
-}
-
-// waiting reports how many must-deliver and ephemeral frames wait.
-func (q *outbox) waiting() (must, eph int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.must.len(), q.ephOrder.len()
 }
 
 // takeMust returns the oldest waiting must-deliver frame. Its bytes stay counted until written.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
@@ -74,7 +75,10 @@ type Session struct {
 	// Write side.
 	out     outbox
 	writers sync.WaitGroup // the writer goroutine, while one runs
-	pings   keepalive
+	// watchdog bounds the write in progress (writeWatched). Only the writer uses it, and
+	// writers run one at a time, each started under the outbox's lock after the last one ended.
+	watchdog *time.Timer
+	pings    keepalive
 
 	life      lifetime // the session's context, done when it closes; handlers run under it
 	closeOnce sync.Once

@@ -18,18 +18,10 @@ import (
 // way round. Once the session is closing it flushes and sends the close frame (finish).
 func (s *Session) writeLoop() {
 	defer s.writers.Done()
-	// The watchdog bounds each write of this run by WriteTimeout: armed before a write, stopped
-	// after, it closes the connection under a write that the peer has not taken for that long,
-	// and the write fails. A deadline context per frame would cost a timer, a context and
-	// coder/websocket's callback registration on it, five allocations a frame, which a fan-out to
-	// 5,000 sockets pays 5,000 times; with context.Background the library registers nothing.
-	watchdog := time.AfterFunc(time.Hour, func() { _ = s.conn.CloseNow() })
-	watchdog.Stop()
-	defer watchdog.Stop()
 	for {
-		switch s.out.nextRound() {
+		switch r := s.out.nextRound(); r.next {
 		case roundWrite:
-			if err := s.writeRound(watchdog); err != nil {
+			if err := s.writeRound(r.must, r.ephemeral); err != nil {
 				s.logAt(zerolog.DebugLevel).Err(err).Msg("write")
 				s.Close(websocket.StatusAbnormalClosure, "")
 				s.finish()
@@ -44,10 +36,9 @@ func (s *Session) writeLoop() {
 	}
 }
 
-// writeRound writes what waits when it starts: must-deliver frames, then ephemeral ones, each
-// under watchdog. It returns early when the session closes, leaving the rest to finish.
-func (s *Session) writeRound(watchdog *time.Timer) error {
-	must, eph := s.out.waiting()
+// writeRound writes the must-deliver frames, then the ephemeral ones, that waited when the
+// round began. It returns early when the session closes, leaving the rest to finish.
+func (s *Session) writeRound(must, ephemeral int) error {
 	for range must {
 		if s.closing() {
 			return nil
@@ -56,13 +47,13 @@ func (s *Session) writeRound(watchdog *time.Timer) error {
 		if !ok {
 			break
 		}
-		err := s.writeWatched(watchdog, f.data)
+		err := s.writeWatched(f.data)
 		s.out.written(f)
 		if err != nil {
 			return err
 		}
 	}
-	for range eph {
+	for range ephemeral {
 		if s.closing() {
 			return nil
 		}
@@ -70,18 +61,27 @@ func (s *Session) writeRound(watchdog *time.Timer) error {
 		if !ok {
 			break
 		}
-		if err := s.writeWatched(watchdog, data); err != nil {
+		if err := s.writeWatched(data); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// writeWatched writes one frame with watchdog armed for WriteTimeout.
-func (s *Session) writeWatched(watchdog *time.Timer, frame []byte) error {
-	watchdog.Reset(s.cfg.WriteTimeout)
+// writeWatched writes one frame with the session's watchdog armed for WriteTimeout: it closes
+// the connection under a write that the peer has not taken for that long, and the write fails.
+// A deadline context per frame would cost a timer, a context and coder/websocket's callback
+// registration on it, five allocations a frame, which a fan-out to 5,000 sockets pays 5,000
+// times; with context.Background the library registers nothing. The timer is the session's,
+// made by its first write and reset by later ones, so a writer run allocates none.
+func (s *Session) writeWatched(frame []byte) error {
+	if s.watchdog == nil {
+		s.watchdog = time.AfterFunc(s.cfg.WriteTimeout, func() { _ = s.conn.CloseNow() })
+	} else {
+		s.watchdog.Reset(s.cfg.WriteTimeout)
+	}
 	err := s.conn.Write(context.Background(), websocket.MessageText, frame)
-	watchdog.Stop()
+	s.watchdog.Stop()
 	if err != nil {
 		return fmt.Errorf("write frame: %w", err)
 	}
