@@ -108,6 +108,9 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 			if _, err := s.cursors.DeleteMany(ctx, bson.D{{Key: "conversationId", Value: c.ID}}); err != nil {
 				return out, fmt.Errorf("delete cursors of dm %s: %w", c.ID, err)
 			}
+			if _, err := s.counters.DeleteOne(ctx, bson.D{{Key: "_id", Value: c.ID}}); err != nil {
+				return out, fmt.Errorf("delete counters of dm %s: %w", c.ID, err)
+			}
 			if _, err := s.conversations.DeleteOne(ctx, bson.D{{Key: "_id", Value: c.ID}}); err != nil {
 				return out, fmt.Errorf("delete dm %s: %w", c.ID, err)
 			}
@@ -149,12 +152,15 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 	if _, err := s.presence.DeleteMany(ctx, bson.D{{Key: "userId", Value: userID}}); err != nil {
 		return out, fmt.Errorf("delete presence of %s: %w", userID, err)
 	}
-	// Previews of the account's messages go with them.
-	if _, err := s.conversations.UpdateMany(ctx, bson.D{{Key: "lastMessage.senderId", Value: userID}}, bson.D{
-		{Key: "$set", Value: bson.D{{Key: "lastMessage.kind", Value: KindDeleted}, {Key: "lastMessage.senderId", Value: ""}}},
-		{Key: "$unset", Value: bson.D{{Key: "lastMessage.body", Value: ""}}},
-	}); err != nil {
-		return out, fmt.Errorf("delete previews of %s: %w", userID, err)
+	// Previews of the account's messages go with them, in the counter documents and in the
+	// conversations that predate those.
+	for _, coll := range []*mongo.Collection{s.counters, s.conversations} {
+		if _, err := coll.UpdateMany(ctx, bson.D{{Key: "lastMessage.senderId", Value: userID}}, bson.D{
+			{Key: "$set", Value: bson.D{{Key: "lastMessage.kind", Value: KindDeleted}, {Key: "lastMessage.senderId", Value: ""}}},
+			{Key: "$unset", Value: bson.D{{Key: "lastMessage.body", Value: ""}}},
+		}); err != nil {
+			return out, fmt.Errorf("delete previews of %s in %s: %w", userID, coll.Name(), err)
+		}
 	}
 	// The account stays as a tombstone, so its tokens never create an empty account again.
 	if err := s.markUserDeleted(ctx, userID); err != nil {

@@ -3,9 +3,12 @@ package storage_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
@@ -252,3 +255,66 @@ func TestPreviewOnlyMovesForward(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestCountersLeaveTheConversationDocument: a batch's counters go to a small document of their
+// own, so the conversation's document (its member list) is not rewritten by every send; a
+// conversation stored when the counters lived in its own document reads as it was, and its
+// later batches, edits and previews read merged with what it had.
+func TestCountersLeaveTheConversationDocument(t *testing.T) {
+	cfg := testenv.StoreConfig(t)
+	s := testenv.OpenStore(t, cfg)
+	conversations := testenv.Database(t, cfg).Collection("conversations")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	if _, err := conversations.InsertOne(ctx, bson.D{{Key: "_id", Value: "old"}, {Key: "kind", Value: storage.KindGroup},
+		{Key: "members", Value: bson.A{"ann", "ben"}}, {Key: "lastSeq", Value: int64(5)}, {Key: "lastVersion", Value: int64(2)},
+		{Key: "lastMessage", Value: storage.MessagePreview{Seq: 5, SenderID: "ann", Kind: storage.KindText, Body: "five", CreatedAt: at}},
+		{Key: "senders", Value: bson.D{{Key: "ann", Value: int64(5)}}}, {Key: "deletedCount", Value: int64(0)},
+		{Key: "createdBy", Value: "ann"}, {Key: "createdAt", Value: at}}); err != nil {
+		t.Fatal(err)
+	}
+	want := func(step string, lastSeq, lastVersion int64, body string, senders map[string]int64) {
+		t.Helper()
+		c, err := s.Conversation(ctx, "old")
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		listed, err := s.ConversationsOf(ctx, "ben")
+		if err != nil || len(listed) != 1 {
+			t.Fatalf("%s: ben's conversations %+v (%v); want the one", step, listed, err)
+		}
+		for _, c := range []storage.Conversation{c, listed[0]} {
+			if c.LastSeq != lastSeq || c.LastVersion != lastVersion || c.LastMessage == nil || c.LastMessage.Body != body ||
+				!maps.Equal(c.Senders, senders) {
+				t.Fatalf("%s: lastSeq %d, lastVersion %d, preview %+v, senders %v; want %d, %d, %q, %v",
+					step, c.LastSeq, c.LastVersion, c.LastMessage, c.Senders, lastSeq, lastVersion, body, senders)
+			}
+		}
+	}
+	want("as stored before", 5, 2, "five", map[string]int64{"ann": 5})
+
+	preview := func(seq int64, sender, body string) storage.MessagePreview {
+		return storage.MessagePreview{Seq: seq, SenderID: sender, Kind: storage.KindText, Body: body, CreatedAt: at}
+	}
+	advance := func(c storage.Counters) {
+		t.Helper()
+		if err := s.AdvanceCounters(ctx, map[string]storage.Counters{"old": c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	advance(storage.Counters{LastSeq: 5, LastVersion: 3, Changed: []storage.MessagePreview{preview(5, "ann", "five, edited")}})
+	want("after an edit of the newest message", 5, 3, "five, edited", map[string]int64{"ann": 5})
+	advance(storage.Counters{LastSeq: 6, Newest: ptr(preview(6, "ben", "six")), Senders: map[string]int64{"ben": 6}})
+	want("after a send", 6, 3, "six", map[string]int64{"ann": 5, "ben": 6})
+	advance(storage.Counters{LastSeq: 6, Changed: []storage.MessagePreview{preview(6, "ben", "six, edited")}})
+	want("after an edit of the new newest message", 6, 3, "six, edited", map[string]int64{"ann": 5, "ben": 6})
+
+	var stored storage.Conversation
+	if err := conversations.FindOne(ctx, bson.D{{Key: "_id", Value: "old"}}).Decode(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.LastSeq != 5 || stored.LastVersion != 2 || len(stored.Senders) != 1 {
+		t.Errorf("the batches wrote the conversation's own document: %+v", stored)
+	}
+}

@@ -21,6 +21,7 @@ import (
 const (
 	messagesCollection      = "messages"
 	conversationsCollection = "conversations"
+	countersCollection      = "conversationCounters"
 	cursorsCollection       = "readCursors"
 	usersCollection         = "users"
 	blocksCollection        = "blocks"
@@ -82,6 +83,7 @@ type Store struct {
 	client        *mongo.Client
 	messages      *mongo.Collection
 	conversations *mongo.Collection
+	counters      *mongo.Collection
 	cursors       *mongo.Collection
 	users         *mongo.Collection
 	blocks        *mongo.Collection
@@ -115,6 +117,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		client:        client,
 		messages:      db.Collection(messagesCollection),
 		conversations: db.Collection(conversationsCollection),
+		counters:      db.Collection(countersCollection),
 		cursors:       db.Collection(cursorsCollection),
 		users:         db.Collection(usersCollection),
 		blocks:        db.Collection(blocksCollection),

@@ -20,12 +20,7 @@ func LegacyMessages(t *testing.T, cfg storage.Config, sizes map[string]int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(cfg.URI))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(ctx)
-	db := client.Database(cfg.Database)
+	db := Database(t, cfg)
 	for conv, n := range sizes {
 		if _, err := db.Collection("conversations").InsertOne(ctx, bson.D{{Key: "_id", Value: conv},
 			{Key: "kind", Value: "group"}, {Key: "members", Value: bson.A{"ann", "ben"}}}); err != nil {
@@ -44,4 +39,22 @@ func LegacyMessages(t *testing.T, cfg storage.Config, sizes map[string]int) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// Database connects to cfg's database directly, for a test to write data as an older version
+// stored it or to look at documents as stored. The connection closes when the test ends.
+func Database(t testing.TB, cfg storage.Config) *mongo.Database {
+	t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(cfg.URI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := client.Disconnect(ctx); err != nil {
+			t.Errorf("disconnect the test's own client: %v", err)
+		}
+	})
+	return client.Database(cfg.Database)
 }
