@@ -259,7 +259,7 @@ func ptr[T any](v T) *T { return &v }
 // TestCountersLeaveTheConversationDocument: a batch's counters go to a small document of their
 // own, so the conversation's document (its member list) is not rewritten by every send; a
 // conversation stored when the counters lived in its own document reads as it was, and its
-// later batches, edits and previews read merged with what it had.
+// later batches, edits, previews and receipts read merged with what it had.
 func TestCountersLeaveTheConversationDocument(t *testing.T) {
 	cfg := testenv.StoreConfig(t)
 	s := testenv.OpenStore(t, cfg)
@@ -292,6 +292,9 @@ func TestCountersLeaveTheConversationDocument(t *testing.T) {
 			}
 		}
 	}
+	if err := s.AddMembers(ctx, "old", []string{"ann", "ben"}); err != nil { // their read cursors, at 0
+		t.Fatal(err)
+	}
 	want("as stored before", 5, 2, "five", map[string]int64{"ann": 5})
 
 	preview := func(seq int64, sender, body string) storage.MessagePreview {
@@ -309,6 +312,16 @@ func TestCountersLeaveTheConversationDocument(t *testing.T) {
 	want("after a send", 6, 3, "six", map[string]int64{"ann": 5, "ben": 6})
 	advance(storage.Counters{LastSeq: 6, Changed: []storage.MessagePreview{preview(6, "ben", "six, edited")}})
 	want("after an edit of the new newest message", 6, 3, "six, edited", map[string]int64{"ann": 5, "ben": 6})
+
+	// Receipts count a member's own newest message as read, wherever it is recorded.
+	for _, r := range []struct {
+		seq    int64
+		sender string
+	}{{5, "ben"}, {6, "ann"}} {
+		if n, err := s.CountReaders(ctx, "old", r.seq, r.sender); err != nil || n != 1 {
+			t.Errorf("readers of %d other than %s: %d (%v); want 1, the other one, who sent it or later", r.seq, r.sender, n, err)
+		}
+	}
 
 	var stored storage.Conversation
 	if err := conversations.FindOne(ctx, bson.D{{Key: "_id", Value: "old"}}).Decode(&stored); err != nil {
