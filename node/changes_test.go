@@ -284,9 +284,9 @@ func TestReactionLimits(t *testing.T) {
 
 // TestLargeGroupReactionCostsTwoWritesAndReachesOnlyFocusedSockets: in a 5,000-member group a
 // reaction is two store writes (the message, and the conversation's version counter, apart from
-// its member list), whatever the group's size, and is pushed only to the sockets that have the group in focus: bob, who shows
-// it, gets it; carol, connected but showing something else, gets nothing for it, though she gets
-// the edit that follows it (edits reach every member).
+// its member list), whatever the group's size, and is pushed only to the sockets that have the
+// group in focus: bob, who shows it, gets it; carol, connected but showing something else, gets
+// nothing for it, though she gets the edit that follows it (edits reach every member).
 func TestLargeGroupReactionCostsTwoWritesAndReachesOnlyFocusedSockets(t *testing.T) {
 	const members = 5000
 	env, n, rec := monitoredNode(t, func(cfg *node.Config) {

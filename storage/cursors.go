@@ -100,21 +100,18 @@ func (s *Store) CursorsOf(ctx context.Context, userID string) (_ []Cursor, err e
 // is at or past seq, with those seqs.
 func (s *Store) sendersFrom(ctx context.Context, conversationID string, seq int64, senderID string) (map[string]int64, error) {
 	// Not Conversation: its member list may be 200 KB, and only the senders are needed.
-	onlySenders := options.FindOne().SetProjection(bson.D{{Key: "senders", Value: 1}})
 	var conv Conversation
-	err := decode(s.conversations.FindOne(ctx, bson.D{{Key: "_id", Value: conversationID}}, onlySenders), &conv)
+	err := decode(s.conversations.FindOne(ctx, bson.D{{Key: "_id", Value: conversationID}},
+		options.FindOne().SetProjection(bson.D{{Key: "senders", Value: 1}})), &conv)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read senders of %s: %w", conversationID, err)
 	}
-	var counters counterDoc
-	err = decode(s.counters.FindOne(ctx, bson.D{{Key: "_id", Value: conversationID}}, onlySenders), &counters)
-	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, fmt.Errorf("read senders of %s: %w", conversationID, err)
+	if conv, err = s.conversationWithCounters(ctx, conv); err != nil {
+		return nil, err
 	}
-	conv.merge(counters)
 	out := make(map[string]int64)
 	for u, sent := range conv.Senders {
 		if sent >= seq && u != senderID {
