@@ -99,7 +99,7 @@ type convShard[C Conn] struct {
 type convEntry[C Conn] struct {
 	mu    sync.Mutex
 	gone  bool // removed from its shard; a delivery that still holds it does nothing
-	conns map[*connState[C]]struct{}
+	conns *connSet[C]
 	// delivered is the highest seq delivered here: delivery only moves forward, so a message that
 	// arrives behind a later one (republished after an owner failover) is left to the clients' gap
 	// fill from history.
@@ -188,14 +188,14 @@ func (e *Engine[C]) attach(convID string, lastSeq int64, conns ...*connState[C])
 	defer s.mu.Unlock()
 	c, ok := s.m[convID]
 	if !ok {
-		c = &convEntry[C]{conns: make(map[*connState[C]]struct{}), delivered: lastSeq}
+		c = &convEntry[C]{conns: newConnSet[C](), delivered: lastSeq}
 		s.m[convID] = c
 		e.interest.WatchConversation(convID)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cs := range conns {
-		c.conns[cs] = struct{}{}
+		c.conns.add(cs)
 	}
 }
 
@@ -212,9 +212,9 @@ func (e *Engine[C]) detach(convID string, conns map[*connState[C]]struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for cs := range conns {
-		delete(c.conns, cs)
+		c.conns.remove(cs)
 	}
-	if len(c.conns) == 0 {
+	if c.conns.len() == 0 {
 		c.gone = true
 		delete(s.m, convID)
 		e.interest.UnwatchConversation(convID)
@@ -331,7 +331,7 @@ func (e *Engine[C]) DeliverMessage(convID string, seq int64, frame []byte, recei
 	}
 	c.delivered = seq
 	pushed := 0
-	for cs := range c.conns {
+	for cs := range c.conns.all() {
 		if cs.deliver(convID, seq, frame) {
 			pushed++
 		}
@@ -378,7 +378,7 @@ func (e *Engine[C]) PushToConversation(convID, skipUser string, frame []byte) {
 		return
 	}
 	defer c.mu.Unlock()
-	for cs := range c.conns {
+	for cs := range c.conns.all() {
 		if cs.conn.UserID() != skipUser {
 			cs.conn.Push(frame)
 		}
@@ -394,7 +394,7 @@ func (e *Engine[C]) PushToFocused(convID string, frame []byte) {
 		return
 	}
 	defer c.mu.Unlock()
-	for cs := range c.conns {
+	for cs := range c.conns.all() {
 		cs.mu.Lock()
 		focused := cs.focus == convID
 		cs.mu.Unlock()
@@ -435,7 +435,7 @@ func (e *Engine[C]) EphemeralToConversation(convID, skipUser, key string, positi
 		}
 		c.positions[key] = position
 	}
-	for cs := range c.conns {
+	for cs := range c.conns.all() {
 		if cs.conn.UserID() != skipUser {
 			cs.conn.PushEphemeral(key, frame)
 		}

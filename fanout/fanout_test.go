@@ -590,3 +590,72 @@ func TestLeaveWhileHeld(t *testing.T) {
 	}
 	e.Remove(c)
 }
+
+// orderConn records, in a log shared by all of them, that it was pushed to.
+type orderConn struct {
+	user string
+	log  *[]string // appended to under the conversation's lock, so one delivery at a time
+}
+
+func (c *orderConn) UserID() string                         { return c.user }
+func (c *orderConn) Push([]byte) bool                       { *c.log = append(*c.log, c.user); return true }
+func (c *orderConn) PushWait(context.Context, []byte) error { return nil }
+func (c *orderConn) PushEphemeral(string, []byte)           {}
+
+// TestDeliveryWalksConnectionsInJoinOrder: a message reaches a conversation's connections in the
+// order they joined it, also after others left in between and more joined, because that walk is
+// cheaper for the CPU than a random one (see connSet).
+func TestDeliveryWalksConnectionsInJoinOrder(t *testing.T) {
+	e := fanout.New[*orderConn](fanout.Config{SyncGrace: time.Minute}, &interest{})
+	var log []string
+	conns := map[string]*orderConn{}
+	var joined []string // the users in the conversation, in join order
+	join := func(user string) {
+		c := &orderConn{user: user, log: &log}
+		conns[user] = c
+		e.Add(c)
+		e.Join(user, "g", 0)
+		if err := e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		joined = append(joined, user)
+	}
+	for i := range 200 {
+		join("u" + strconv.Itoa(i))
+	}
+	var seq int64
+	check := func(when string) {
+		t.Helper()
+		log = nil
+		seq++
+		e.DeliverMessage("g", seq, msg("g", seq), time.Time{})
+		if !slices.Equal(log, joined) {
+			t.Fatalf("%s: delivered in the order\n%v\nwant the join order\n%v", when, log, joined)
+		}
+	}
+	check("after 200 joined")
+
+	// Leaving by disconnecting and by leaving the conversation, past half of the set, so the
+	// holes are squeezed out on the way.
+	for i, user := range slices.Clone(joined) {
+		switch i % 4 {
+		case 0, 1:
+			e.Remove(conns[user])
+		case 2:
+			e.Leave(user, "g")
+		default:
+			continue
+		}
+		joined = slices.DeleteFunc(joined, func(u string) bool { return u == user })
+	}
+	check("after three in four left")
+	for i := range 30 {
+		join("v" + strconv.Itoa(i))
+	}
+	check("after 30 more joined")
+	for _, user := range joined[:10] {
+		e.Remove(conns[user])
+	}
+	joined = joined[10:]
+	check("after the first 10 left")
+}
