@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
@@ -75,9 +74,10 @@ type Session struct {
 	// Write side.
 	out     outbox
 	writers sync.WaitGroup // the writer goroutine, while one runs
-	// watchdog bounds the write in progress (writeWatched). Only the writer uses it, and
-	// writers run one at a time, each started under the outbox's lock after the last one ended.
-	watchdog *time.Timer
+	// watchdog bounds the write in progress (writeWatched). Only the writer stamps and arms
+	// it, and writers run one at a time, each started under the outbox's lock after the last
+	// one ended.
+	watchdog watchdog
 	pings    keepalive
 
 	life      lifetime // the session's context, done when it closes; handlers run under it
@@ -212,6 +212,7 @@ func (s *Session) Serve(ctx context.Context, h Handler) error {
 	s.stopPings()
 	s.handlers.Wait()
 	s.writers.Wait()
+	s.watchdog.stop()
 	h.Closed(s)
 	return nil
 }

@@ -530,17 +530,53 @@ func TestConfigValidateAndDefaults(t *testing.T) {
 
 // A peer that stops reading while a write is blocked on its socket is dropped after WriteTimeout,
 // though the frames queued stay under MaxQueuedBytes: a stuck write never holds a session open.
+// So is one that stops after a quiet spell longer than WriteTimeout, when the watchdog had gone
+// quiet too.
 func TestStuckWriteEndsTheSession(t *testing.T) {
-	srv := startServer(t, serverOptions{cfg: session.Config{WriteTimeout: 300 * time.Millisecond,
-		MaxQueuedBytes: 64 << 20, SlowConsumerGrace: time.Hour}, smallBuffers: true})
+	for _, quiet := range []bool{false, true} {
+		t.Run(fmt.Sprintf("quiet=%v", quiet), func(t *testing.T) {
+			const writeTimeout = 300 * time.Millisecond
+			srv := startServer(t, serverOptions{cfg: session.Config{WriteTimeout: writeTimeout,
+				MaxQueuedBytes: 64 << 20, SlowConsumerGrace: time.Hour}, smallBuffers: true})
+			c := srv.dial("alice")
+			if quiet {
+				// One small frame, taken by the kernel's buffers, arms the watchdog; it
+				// fires during the quiet spell with no write in flight.
+				c.sess.Push(frameOfSize("first", 100))
+				time.Sleep(2 * writeTimeout)
+			}
+			// Far more than the kernel's buffers hold, and far less than MaxQueuedBytes.
+			for i := range 64 {
+				if !c.sess.Push(frameOfSize(fmt.Sprint("m", i), 64<<10)) {
+					t.Fatalf("push %d refused", i)
+				}
+			}
+			if got := receive(t, "the session with a stuck write to end", srv.handler.closed); got != c.sess {
+				t.Fatalf("session %s ended, want %s", got.ID(), c.sess.ID())
+			}
+		})
+	}
+}
+
+// A reader that takes every frame keeps its session however long the writes go on: WriteTimeout
+// bounds one write, not a stream of them.
+func TestSteadyWritesOutliveWriteTimeout(t *testing.T) {
+	const writeTimeout = 200 * time.Millisecond
+	srv := startServer(t, serverOptions{cfg: session.Config{WriteTimeout: writeTimeout}})
 	c := srv.dial("alice")
-	// Far more than the kernel's buffers hold, and far less than MaxQueuedBytes.
-	for i := range 64 {
-		if !c.sess.Push(frameOfSize(fmt.Sprint("m", i), 64<<10)) {
+	c.read()
+	const frames = 60 // one every 20 ms: six times WriteTimeout in all
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for i := range frames {
+		<-tick.C
+		if !c.sess.Push(frameOfSize(fmt.Sprint("m", i), 100)) {
 			t.Fatalf("push %d refused", i)
 		}
 	}
-	if got := receive(t, "the session with a stuck write to end", srv.handler.closed); got != c.sess {
-		t.Fatalf("session %s ended, want %s", got.ID(), c.sess.ID())
-	}
+	eventually(t, "every frame", func() (bool, string) {
+		n, ended, status := c.progress()
+		return n == frames, fmt.Sprintf("%d of %d frames, ended=%v status=%v", n, frames, ended, status)
+	})
+	c.stillOpen("p")
 }

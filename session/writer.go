@@ -68,20 +68,15 @@ func (s *Session) writeRound(must, ephemeral int) error {
 	return nil
 }
 
-// writeWatched writes one frame with the session's watchdog armed for WriteTimeout: it closes
-// the connection under a write that the peer has not taken for that long, and the write fails.
-// A deadline context per frame would cost a timer, a context and coder/websocket's callback
-// registration on it, five allocations a frame, which a fan-out to 5,000 sockets pays 5,000
-// times; with context.Background the library registers nothing. The timer is the session's,
-// made by its first write and reset by later ones, so a writer run allocates none.
+// writeWatched writes one frame under the session's watchdog: the connection is closed under a
+// write that the peer has not taken for WriteTimeout, and the write fails. A deadline context per
+// frame would cost a timer, a context and coder/websocket's callback registration on it, five
+// allocations a frame, which a fan-out to 5,000 sockets pays 5,000 times; with
+// context.Background the library registers nothing, and the watchdog costs two stamps a frame.
 func (s *Session) writeWatched(frame []byte) error {
-	if s.watchdog == nil {
-		s.watchdog = time.AfterFunc(s.cfg.WriteTimeout, func() { _ = s.conn.CloseNow() })
-	} else {
-		s.watchdog.Reset(s.cfg.WriteTimeout)
-	}
+	s.watchdog.begin(s.conn, s.cfg.WriteTimeout)
 	err := s.conn.Write(context.Background(), websocket.MessageText, frame)
-	s.watchdog.Stop()
+	s.watchdog.end()
 	if err != nil {
 		return fmt.Errorf("write frame: %w", err)
 	}
