@@ -542,7 +542,9 @@ func TestStuckWriteEndsTheSession(t *testing.T) {
 			if quiet {
 				// One small frame, taken by the kernel's buffers, arms the watchdog; it
 				// fires during the quiet spell with no write in flight.
-				c.sess.Push(frameOfSize("first", 100))
+				if !c.sess.Push(frameOfSize("first", 100)) {
+					t.Fatal("the first push refused")
+				}
 				time.Sleep(2 * writeTimeout)
 			}
 			// Far more than the kernel's buffers hold, and far less than MaxQueuedBytes.
