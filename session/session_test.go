@@ -563,12 +563,14 @@ func TestStuckWriteEndsTheSession(t *testing.T) {
 // A reader that takes every frame keeps its session however long the writes go on: WriteTimeout
 // bounds one write, not a stream of them.
 func TestSteadyWritesOutliveWriteTimeout(t *testing.T) {
-	const writeTimeout = 200 * time.Millisecond
+	// Long enough that no single small write on a loaded machine takes it; the stream below
+	// lasts four times as long.
+	const writeTimeout = 500 * time.Millisecond
 	srv := startServer(t, serverOptions{cfg: session.Config{WriteTimeout: writeTimeout}})
 	c := srv.dial("alice")
 	c.read()
-	const frames = 60 // one every 20 ms: six times WriteTimeout in all
-	tick := time.NewTicker(20 * time.Millisecond)
+	const frames = 80 // one every 25 ms
+	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
 	for i := range frames {
 		<-tick.C
