@@ -95,6 +95,9 @@ func New(cfg Config, a *auth.Authenticator, service *chat.Service, users Users, 
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = chat.DefaultOpTimeout
 	}
+	if cfg.Session.Writers == nil {
+		cfg.Session.Writers = session.NewWriters(session.WritersConfig{})
+	}
 	if len(cfg.AdminSecret) > 0 && len(cfg.AdminSecret) < auth.MinSecretBytes {
 		return nil, fmt.Errorf("server: the admin secret must be at least %d bytes", auth.MinSecretBytes)
 	}

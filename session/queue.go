@@ -43,9 +43,19 @@ type outbox struct {
 	// opened is set once the handler's Opened succeeded: before that frames wait without a
 	// writer, so a session refused at open sends its close code and nothing else.
 	opened bool
-	// writing is set while a writer goroutine runs; it is what keeps writers one at a time.
-	writing bool
+	// writer says whether a writer runs or waits for the pool; it is what keeps writers one
+	// at a time.
+	writer writerState
 }
+
+// writerState is where a session's writer is.
+type writerState int
+
+const (
+	writerIdle    writerState = iota // nothing waits, or the session is not open yet
+	writerPooled                     // queued on Writers' pool, not yet taken
+	writerRunning                    // writing, on a goroutine of its own or a pool worker
+)
 
 // outFrame is one must-deliver frame; push tells Push frames from replies for byte accounting.
 type outFrame struct {
@@ -180,16 +190,40 @@ func (s *Session) EphemeralDropped() int64 {
 }
 
 // startWriter starts the writer for what was just queued, unless one runs or the session is not
-// open yet. It is called with the outbox locked, so a writer is counted in s.writers before the
-// session can be seen closed, and Serve, which waits for s.writers once closed, never misses one.
+// open yet: on a goroutine of its own if Writers lets one more run so, else on Writers' pool. A
+// writer waiting for the pool starts on its own goroutine as soon as Writers lets it, so that a
+// frame queued behind a large fan-out does not wait for the pool. startWriter is called with the
+// outbox locked, so a writer is counted in s.writers before the session can be seen closed, and
+// Serve, which waits for s.writers once closed, never misses one.
 func (s *Session) startWriter() {
 	q := &s.out
-	if q.writing || !q.opened {
+	if q.writer == writerRunning || !q.opened {
 		return
 	}
-	q.writing = true
-	s.writers.Add(1)
-	go s.writeLoop() // not writers.Go(s.writeLoop): that allocates twice per start, this once
+	if q.writer == writerIdle {
+		s.writers.Add(1) // done when this writer ends, wherever it runs
+	}
+	if s.cfg.Writers.goDirect() {
+		q.writer = writerRunning // a pool entry left behind finds it so and does nothing
+		go s.writeLoop()
+		return
+	}
+	if q.writer == writerIdle {
+		q.writer = writerPooled
+		s.cfg.Writers.enqueue(s)
+	}
+}
+
+// claimTurn takes the writer for a pool worker, unless it started on a goroutine of its own
+// since it was queued.
+func (q *outbox) claimTurn() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.writer != writerPooled {
+		return false
+	}
+	q.writer = writerRunning
+	return true
 }
 
 // openOutbox lets writers run once Opened succeeded, and starts one for what was queued
@@ -240,7 +274,7 @@ func (q *outbox) nextRound() round {
 	case q.must.len() > 0 || q.ephOrder.len() > 0:
 		return round{next: roundWrite, must: q.must.len(), ephemeral: q.ephOrder.len()}
 	default:
-		q.writing = false
+		q.writer = writerIdle
 		return round{next: roundIdle}
 	}
 }

@@ -2,7 +2,9 @@
 // reader that keeps reading while frames are handled on a bounded set of goroutines, limits
 // that refuse frames instead of cutting the socket, and a single writer fed by an output queue
 // bounded in bytes that cuts only a client which stopped reading what it must receive, while
-// typing, receipts and badges are coalesced for a reader who falls behind.
+// typing, receipts and badges are coalesced for a reader who falls behind. Writers bounds the
+// writers of a server's sessions running at once, so that a large fan-out leaves a core for the
+// rest of the node.
 package session
 
 import (
@@ -73,7 +75,7 @@ type Session struct {
 
 	// Write side.
 	out     outbox
-	writers sync.WaitGroup // the writer goroutine, while one runs
+	writers sync.WaitGroup // the writer, while one runs or waits for Writers' pool
 	// watchdog bounds the write in progress (writeWatched). Only the writer stamps and arms
 	// it, and writers run one at a time, each started under the outbox's lock after the last
 	// one ended.

@@ -584,3 +584,71 @@ func TestSteadyWritesOutliveWriteTimeout(t *testing.T) {
 	})
 	c.stillOpen("p")
 }
+
+// stuckPeer opens a session whose client does not read and queues far more than the kernel's
+// buffers hold for it, so that its writer stays in a write until the test ends.
+func stuckPeer(t *testing.T, srv *server, user string) {
+	t.Helper()
+	c := srv.dial(user)
+	for i := range 64 {
+		if !c.sess.Push(frameOfSize(fmt.Sprint(user, i), 64<<10)) {
+			t.Fatalf("push %d to %s refused", i, user)
+		}
+	}
+}
+
+// pooledConfig has one writer on its own goroutine and one pooled, and a WriteTimeout beyond the
+// tests' waits, so that only the pool can get a frame past a stuck writer.
+func pooledConfig(w *session.Writers) session.Config {
+	return session.Config{WriteTimeout: 2 * pollTimeout, MaxQueuedBytes: 64 << 20,
+		SlowConsumerGrace: time.Hour, Writers: w}
+}
+
+// A peer that stops reading holds its own writer, never another session's: with the one direct
+// writer and the one pool worker both stuck on such peers, a frame for a reading client still
+// arrives, written by a worker started beside the stuck one.
+func TestStuckPeersDoNotHoldOtherSessionsWrites(t *testing.T) {
+	w := session.NewWriters(session.WritersConfig{Direct: 1, Pooled: 1})
+	srv := startServer(t, serverOptions{cfg: pooledConfig(w), smallBuffers: true})
+	stuckPeer(t, srv, "stuck-direct") // its writer takes the one direct goroutine
+	stuckPeer(t, srv, "stuck-pooled") // its writer is the pool's first turn
+	c := srv.dial("reader")
+	c.read()
+	if !c.sess.Push(frameOfSize("hello", 100)) {
+		t.Fatal("push refused")
+	}
+	eventually(t, "the reader's frame", func() (bool, string) {
+		n, ended, status := c.progress()
+		return n == 1, fmt.Sprintf("%d frames, ended=%v status=%v", n, ended, status)
+	})
+}
+
+// A session waiting for the pool behind a stuck turn starts its writer on a goroutine of its own
+// as soon as one is free, at its next frame.
+func TestFrameBehindThePoolStartsItsOwnWriter(t *testing.T) {
+	w := session.NewWriters(session.WritersConfig{Direct: 1, Pooled: 1})
+	session.SetWriterStall(w, time.Hour) // the pool never grows past its stuck worker
+	srv := startServer(t, serverOptions{cfg: pooledConfig(w), smallBuffers: true})
+	direct := srv.dial("stuck-direct")
+	for i := range 64 {
+		if !direct.sess.Push(frameOfSize(fmt.Sprint("d", i), 64<<10)) {
+			t.Fatalf("push %d refused", i)
+		}
+	}
+	stuckPeer(t, srv, "stuck-pooled")
+	c := srv.dial("reader")
+	c.read()
+	if !c.sess.Push(frameOfSize("first", 100)) { // queued behind the stuck turn
+		t.Fatal("first push refused")
+	}
+	// The direct writer's peer goes away: its write fails and the goroutine is free.
+	_ = direct.conn.CloseNow()
+	receive(t, "the direct session to end", srv.handler.closed)
+	if !c.sess.Push(frameOfSize("second", 100)) {
+		t.Fatal("second push refused")
+	}
+	eventually(t, "both of the reader's frames", func() (bool, string) {
+		n, ended, status := c.progress()
+		return n == 2, fmt.Sprintf("%d frames, ended=%v status=%v", n, ended, status)
+	})
+}

@@ -10,28 +10,52 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// writeLoop is the only writer of frames to the socket. It runs while frames wait, started by
-// the first frame queued to an idle session (startWriter), and ends when the queue is
-// empty, so an idle session has no writer goroutine; the outbox lets one run at a time. Each
-// round it writes the must-deliver frames waiting when the round began, in FIFO order, then the
-// ephemeral frames waiting, so a stream of pushes cannot starve typing and badges nor the other
-// way round. Once the session is closing it flushes and sends the close frame (finish).
+// writeLoop is the session's writer on a goroutine of its own (startWriter); writeTurn is the
+// same writer on a worker of Writers' pool. Either is the only writer of frames to the socket
+// while it runs, started by the first frame queued to an idle session, and ends when the queue
+// is empty, so an idle session has no writer; the outbox lets one run at a time.
 func (s *Session) writeLoop() {
-	defer s.writers.Done()
+	finish := s.writeUntilIdle()
+	s.cfg.Writers.directDone()
+	if finish {
+		s.finish()
+	}
+	s.writers.Done()
+}
+
+// writeTurn runs on a pool worker. Closing the socket waits for the peer's close frame, up to
+// seconds, so the worker hands that to a goroutine of its own.
+func (s *Session) writeTurn() {
+	if !s.out.claimTurn() {
+		return
+	}
+	if !s.writeUntilIdle() {
+		s.writers.Done()
+		return
+	}
+	go func() {
+		s.finish()
+		s.writers.Done()
+	}()
+}
+
+// writeUntilIdle writes rounds until nothing waits, or until the session must finish (closing,
+// or a write failed), which it reports. Each round it writes the must-deliver frames waiting
+// when the round began, in FIFO order, then the ephemeral frames waiting, so a stream of pushes
+// cannot starve typing and badges nor the other way round.
+func (s *Session) writeUntilIdle() (finish bool) {
 	for {
 		switch r := s.out.nextRound(); r.next {
 		case roundWrite:
 			if err := s.writeRound(r.must, r.ephemeral); err != nil {
 				s.logAt(zerolog.DebugLevel).Err(err).Msg("write")
 				s.Close(websocket.StatusAbnormalClosure, "")
-				s.finish()
-				return
+				return true
 			}
 		case roundFinish:
-			s.finish()
-			return
+			return true
 		case roundIdle:
-			return
+			return false
 		}
 	}
 }
