@@ -49,7 +49,7 @@ type options struct {
 	addr, adminAddr, dataDir, mongoURI, mongoDB, natsURL, jwtSecret, logLevel, nodeID, origins string
 	jwtIssuer, jwtAudience, adminSecret                                                        string
 	devMode                                                                                    bool
-	partitions, leaseReplicas                                                                  int
+	partitions, leaseReplicas, pooledWriters                                                   int
 	sendRate                                                                                   float64
 	readWindow, leaseTTL, jwtMaxLifetime                                                       time.Duration
 }
@@ -100,6 +100,11 @@ func parseOptions(args []string) (options, error) {
 		return o, err
 	}
 	fs.Float64Var(&o.sendRate, "send-rate", sendRate, "sends per second allowed per user on this node; negative disables the limit (CHAT_SEND_RATE)")
+	pooled, err := envInt("CHAT_POOLED_WRITERS", 0)
+	if err != nil {
+		return o, err
+	}
+	fs.IntVar(&o.pooledWriters, "pooled-writers", pooled, "goroutines writing a large fan-out's frames at once, so that the rest of the node keeps a core; 0: one fewer than GOMAXPROCS, at least 1 (CHAT_POOLED_WRITERS)")
 	dev, err := envBool("CHAT_DEV_MODE", false)
 	if err != nil {
 		return o, err
@@ -107,6 +112,9 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.devMode, "dev-mode", dev, "issue tokens for display names even with a secret set, e.g. for a local cluster (CHAT_DEV_MODE)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.pooledWriters < 0 {
+		return o, fmt.Errorf("pooled writers %d: must not be negative", o.pooledWriters)
 	}
 	return o, nil
 }
@@ -150,7 +158,8 @@ func run(args []string, log zerolog.Logger) error {
 		DevMode:        o.devMode,
 		Sequencer:      sequencer.Config{Partitions: o.partitions},
 		Leases:         sequencer.LeaseConfig{TTL: o.leaseTTL, RenewInterval: o.leaseTTL / 5, Replicas: o.leaseReplicas},
-		Session:        session.Config{SendRate: o.sendRate},
+		Session: session.Config{SendRate: o.sendRate,
+			Writers: session.NewWriters(session.WritersConfig{Pooled: o.pooledWriters})},
 	}
 	if o.origins != "" {
 		cfg.AllowedOrigins = strings.Split(o.origins, ",")

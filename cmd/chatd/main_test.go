@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -168,4 +169,20 @@ func getBody(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %s", url, resp.Status)
 	}
 	return string(body)
+}
+
+// TestBadSettingIsRefused: a setting that cannot work stops chatd at start with an error that
+// names it, instead of being taken for the default.
+func TestBadSettingIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.ChatdBinary.Path(t), "-pooled-writers", "-1", "-data-dir", t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("chatd with -pooled-writers -1: %v, want a failed exit; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "pooled writers -1: must not be negative") {
+		t.Errorf("chatd with -pooled-writers -1 said:\n%s\nwant the setting named", out)
+	}
 }
