@@ -70,8 +70,8 @@ const (
 	DefaultAbuseBurst = 20000
 
 	// DefaultDirectWriters bounds the session writers of a server running on goroutines of their
-	// own (see Writers): a message to a group of up to 64 on one node is written by 64 goroutines
-	// at once, as before, while a larger fan-out queues the rest of its writes on the pool. 64
+	// own (see Writers): a message to a group of up to 64 on one node is written by as many
+	// goroutines at once, while a larger fan-out queues the rest of its writes on the pool. 64
 	// writes of a chat frame hold the cores for well under a millisecond.
 	DefaultDirectWriters = 64
 )
