@@ -9,3 +9,18 @@ func SetWriterStall(w *Writers, d time.Duration) {
 	defer w.mu.Unlock()
 	w.stallTimeout = d
 }
+
+// EnqueueTurn gives w's pool a turn that runs f, so that a test can watch how the pool runs
+// turns without sockets.
+func EnqueueTurn(w *Writers, f func()) { w.enqueue(funcTurn(f)) }
+
+type funcTurn func()
+
+func (f funcTurn) writeTurn() { f() }
+
+// PoolState reports the pool's workers and the turns waiting for them.
+func PoolState(w *Writers) (workers, queued int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.workers), w.queue.len()
+}

@@ -547,12 +547,7 @@ func TestStuckWriteEndsTheSession(t *testing.T) {
 				}
 				time.Sleep(2 * writeTimeout)
 			}
-			// Far more than the kernel's buffers hold, and far less than MaxQueuedBytes.
-			for i := range 64 {
-				if !c.sess.Push(frameOfSize(fmt.Sprint("m", i), 64<<10)) {
-					t.Fatalf("push %d refused", i)
-				}
-			}
+			pushPastBuffers(t, c)
 			if got := receive(t, "the session with a stuck write to end", srv.handler.closed); got != c.sess {
 				t.Fatalf("session %s ended, want %s", got.ID(), c.sess.ID())
 			}
@@ -585,16 +580,25 @@ func TestSteadyWritesOutliveWriteTimeout(t *testing.T) {
 	c.stillOpen("p")
 }
 
-// stuckPeer opens a session whose client does not read and queues far more than the kernel's
-// buffers hold for it, so that its writer stays in a write until the test ends.
-func stuckPeer(t *testing.T, srv *server, user string) {
+// pushPastBuffers queues far more for c than the kernel's buffers hold (on a small-buffer
+// server), and far less than MaxQueuedBytes, so that a writer for a client that does not read
+// stays in a write.
+func pushPastBuffers(t *testing.T, c *client) {
 	t.Helper()
-	c := srv.dial(user)
 	for i := range 64 {
-		if !c.sess.Push(frameOfSize(fmt.Sprint(user, i), 64<<10)) {
-			t.Fatalf("push %d to %s refused", i, user)
+		if !c.sess.Push(frameOfSize(fmt.Sprint("m", i), 64<<10)) {
+			t.Fatalf("push %d refused", i)
 		}
 	}
+}
+
+// stuckPeer opens a session whose client does not read and whose writer stays in a write until
+// the test ends.
+func stuckPeer(t *testing.T, srv *server, user string) *client {
+	t.Helper()
+	c := srv.dial(user)
+	pushPastBuffers(t, c)
+	return c
 }
 
 // pooledConfig has one writer on its own goroutine and one pooled, and a WriteTimeout beyond the
@@ -629,12 +633,7 @@ func TestFrameBehindThePoolStartsItsOwnWriter(t *testing.T) {
 	w := session.NewWriters(session.WritersConfig{Direct: 1, Pooled: 1})
 	session.SetWriterStall(w, time.Hour) // the pool never grows past its stuck worker
 	srv := startServer(t, serverOptions{cfg: pooledConfig(w), smallBuffers: true})
-	direct := srv.dial("stuck-direct")
-	for i := range 64 {
-		if !direct.sess.Push(frameOfSize(fmt.Sprint("d", i), 64<<10)) {
-			t.Fatalf("push %d refused", i)
-		}
-	}
+	direct := stuckPeer(t, srv, "stuck-direct")
 	stuckPeer(t, srv, "stuck-pooled")
 	c := srv.dial("reader")
 	c.read()

@@ -3,6 +3,7 @@ package session
 import (
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,14 +134,8 @@ func (w *Writers) work(me *worker) {
 
 // retire removes me from the workers; called with mu held.
 func (w *Writers) retire(me *worker) {
-	for i, o := range w.workers {
-		if o == me {
-			w.workers[i] = w.workers[len(w.workers)-1]
-			w.workers[len(w.workers)-1] = nil
-			w.workers = w.workers[:len(w.workers)-1]
-			return
-		}
-	}
+	i := slices.Index(w.workers, me)
+	w.workers = slices.Delete(w.workers, i, i+1)
 }
 
 // moving counts the workers not stalled in one turn at now; called with mu held.

@@ -1,84 +1,67 @@
-package session
+package session_test
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chatd/chatd/session"
+	"github.com/chatd/chatd/testenv"
 )
 
-// turnTimeout bounds every wait here; the turns take milliseconds when the pool works.
-const turnTimeout = 30 * time.Second
+// turns counts a group of fake turns: how many ran to the end, and the most that ran at once.
+type turns struct{ done, running, most atomic.Int64 }
 
-// fakeTurn records how many fake turns run at once and can be held until released.
-type fakeTurn struct {
-	running, most *atomic.Int64
-	hold          time.Duration // how long the turn takes
-	release       chan struct{} // if not nil, the turn also waits for it
-	done          *sync.WaitGroup
-}
-
-func (f fakeTurn) writeTurn() {
-	n := f.running.Add(1)
-	for m := f.most.Load(); n > m && !f.most.CompareAndSwap(m, n); m = f.most.Load() {
-	}
-	time.Sleep(f.hold)
-	if f.release != nil {
-		<-f.release
-	}
-	f.running.Add(-1)
-	f.done.Done()
-}
-
-// waitGroup waits for wg, failing the test after turnTimeout with what was awaited.
-func waitGroup(t *testing.T, what string, wg *sync.WaitGroup) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(turnTimeout):
-		t.Fatalf("timed out after %v waiting for %s", turnTimeout, what)
-	}
-}
-
-// waitIdle waits until the pool has no worker left.
-func waitIdle(t *testing.T, w *Writers) {
-	t.Helper()
-	deadline := time.Now().Add(turnTimeout)
-	for {
-		w.mu.Lock()
-		n, queued := len(w.workers), w.queue.len()
-		w.mu.Unlock()
-		if n == 0 && queued == 0 {
-			return
+// turn returns a turn that takes hold, then waits for release if it is not nil.
+func (g *turns) turn(hold time.Duration, release <-chan struct{}) func() {
+	return func() {
+		n := g.running.Add(1)
+		for m := g.most.Load(); n > m && !g.most.CompareAndSwap(m, n); m = g.most.Load() {
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool still has %d workers and %d turns queued after %v", n, queued, turnTimeout)
+		time.Sleep(hold)
+		if release != nil {
+			<-release
 		}
-		time.Sleep(time.Millisecond)
+		g.running.Add(-1)
+		g.done.Add(1)
 	}
+}
+
+// waitDone waits until at least n turns of g have run.
+func (g *turns) waitDone(t *testing.T, what string, n int64) {
+	t.Helper()
+	eventually(t, what, func() (bool, string) {
+		got := g.done.Load()
+		return got >= n, fmt.Sprintf("%d of %d turns done", got, n)
+	})
+}
+
+// waitPoolIdle waits until the pool has no worker left and nothing queued.
+func waitPoolIdle(t *testing.T, w *session.Writers) {
+	t.Helper()
+	eventually(t, "the pool's workers to end", func() (bool, string) {
+		workers, queued := session.PoolState(w)
+		return workers == 0 && queued == 0, fmt.Sprintf("%d workers, %d turns queued", workers, queued)
+	})
 }
 
 // The pool takes its turns on at most Pooled workers at once, and its workers end with the queue.
 func TestPoolRunsTurnsOnItsWorkersOnly(t *testing.T) {
 	for _, pooled := range []int{1, 2} {
 		t.Run(fmt.Sprintf("pooled=%d", pooled), func(t *testing.T) {
-			w := NewWriters(WritersConfig{Pooled: pooled})
-			SetWriterStall(w, time.Hour) // no turn counts as stalled
-			var running, most atomic.Int64
-			var done sync.WaitGroup
-			const turns = 40
-			done.Add(turns)
-			for range turns {
-				w.enqueue(fakeTurn{running: &running, most: &most, hold: time.Millisecond, done: &done})
+			w := session.NewWriters(session.WritersConfig{Pooled: pooled})
+			session.SetWriterStall(w, time.Hour) // no turn counts as stalled
+			g := &turns{}
+			const n = 40
+			for range n {
+				session.EnqueueTurn(w, g.turn(time.Millisecond, nil))
 			}
-			waitGroup(t, "every turn", &done)
-			if got := most.Load(); got != int64(pooled) {
+			g.waitDone(t, "every turn", n)
+			if got := g.most.Load(); got != int64(pooled) {
 				t.Errorf("%d turns ran at once, want %d", got, pooled)
 			}
-			waitIdle(t, w)
+			waitPoolIdle(t, w)
 		})
 	}
 }
@@ -86,37 +69,30 @@ func TestPoolRunsTurnsOnItsWorkersOnly(t *testing.T) {
 // A turn that does not end (a peer that stopped reading) gets a worker started beside it, so the
 // turns queued behind it run; once it ends, the pool goes back to its size while turns still wait.
 func TestPoolStartsAWorkerBesideAStalledTurn(t *testing.T) {
-	w := NewWriters(WritersConfig{Pooled: 1})
-	var running, most atomic.Int64
-	var stalled, first, behind sync.WaitGroup
+	w := session.NewWriters(session.WritersConfig{Pooled: 1})
+	stalled, behind := &turns{}, &turns{}
 	release := make(chan struct{})
-	stalled.Add(1)
-	w.enqueue(fakeTurn{running: &running, most: &most, release: release, done: &stalled})
-	first.Add(1)
-	w.enqueue(fakeTurn{running: &running, most: &most, done: &first})
+	session.EnqueueTurn(w, stalled.turn(0, release))
 	// About a second of turns for the one worker that should be left once the stall ends.
-	const turns = 1000
-	behind.Add(turns)
-	for range turns {
-		w.enqueue(fakeTurn{running: &running, most: &most, hold: time.Millisecond, done: &behind})
+	const n = 1000
+	for range n {
+		session.EnqueueTurn(w, behind.turn(time.Millisecond, nil))
 	}
-	waitGroup(t, "the first turn queued behind the stalled one", &first)
+	behind.waitDone(t, "the first turn queued behind the stalled one", 1)
 	close(release)
-	waitGroup(t, "the stalled turn", &stalled)
+	stalled.waitDone(t, "the stalled turn", 1)
 
-	deadline := time.Now().Add(turnTimeout)
-	for {
-		w.mu.Lock()
-		workers, queued := len(w.workers), w.queue.len()
-		w.mu.Unlock()
+	testenv.CheckFor(t, pollTimeout, time.Millisecond, func() error {
+		workers, queued := session.PoolState(w)
 		if workers == 1 {
-			break
+			return nil
 		}
-		if queued == 0 || time.Now().After(deadline) {
-			t.Fatalf("the pool still had %d workers with %d turns queued, want 1 soon after the stall ended", workers, queued)
+		err := fmt.Errorf("the pool has %d workers with %d turns queued, want 1 soon after the stall ended", workers, queued)
+		if queued == 0 {
+			return fmt.Errorf("%w: %v", testenv.ErrGiveUp, err)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	waitGroup(t, "the turns queued behind", &behind)
-	waitIdle(t, w)
+		return err
+	})
+	behind.waitDone(t, "the turns queued behind", n)
+	waitPoolIdle(t, w)
 }
