@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/chatd/chatd/storage"
 )
@@ -11,7 +12,8 @@ import (
 // Blocking. A block of b by a stands between the two in either direction: neither may open their
 // DM, send in it, or add the other to a group (create_group, add_members). Groups both are in
 // already are not affected, and a third member may still put them in one group. Unblocking
-// restores all of it, unless the other side blocks too.
+// restores all of it, unless the other side blocks too. The blocked user is not told: a refused
+// open or add answers them exactly as for an account that is gone.
 //
 // The DM send check costs no store round trip per message: the node holding the sender's sockets
 // caches, per DM position, whether a block stands between its members, read from the store on the
@@ -50,7 +52,7 @@ func (s *Service) Block(ctx context.Context, userID, target string) error {
 	}
 	_, err := s.store.User(ctx, target)
 	if errors.Is(err, storage.ErrNotFound) {
-		return refuse(ErrNotFound, "no such user: %s", target)
+		return refuse(ErrNotFound, noSuchUser, target)
 	}
 	if err != nil {
 		return fmt.Errorf("look up user %s: %w", target, err)
@@ -185,7 +187,7 @@ func (s *Service) checkDMOpen(ctx context.Context, userID, peer string) error {
 		return fmt.Errorf("look up blocks between %s and %s: %w", userID, peer, err)
 	}
 	if blocked {
-		return refuse(ErrForbidden, "you cannot open a DM with %s", peer)
+		return s.refuseBlocked(ctx, userID, []string{peer}, "message them")
 	}
 	return nil
 }
@@ -197,7 +199,23 @@ func (s *Service) checkAdd(ctx context.Context, userID string, others []string) 
 		return fmt.Errorf("look up blocks of %s: %w", userID, err)
 	}
 	if len(with) > 0 {
-		return refuse(ErrForbidden, "you cannot add %s to a group", with[0])
+		return s.refuseBlocked(ctx, userID, with, "add them to a group")
 	}
 	return nil
+}
+
+// refuseBlocked answers an open or an add that a block between userID and each of with refuses,
+// so that the user who is blocked learns nothing: when userID blocks one of them, they hear why
+// (they know); otherwise the answer is the very one an account that is gone gets.
+func (s *Service) refuseBlocked(ctx context.Context, userID string, with []string, what string) error {
+	mine, err := s.store.BlocksOf(ctx, userID)
+	if err != nil {
+		return fmt.Errorf("list blocks of %s: %w", userID, err)
+	}
+	for _, w := range with {
+		if slices.Contains(mine, w) {
+			return refuse(ErrForbidden, "you blocked %s: unblock them to %s", w, what)
+		}
+	}
+	return refuse(ErrNotFound, noSuchUser, with[0])
 }

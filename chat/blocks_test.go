@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -64,7 +65,7 @@ func TestBlockStopsOpeningTheDMEitherWay(t *testing.T) {
 	bob := ts.connect("bob")
 	ts.block("alice", "bob")
 	_, err := ts.svc.OpenDM(ts.ctx, "bob", "alice")
-	wantKind(t, "the blocked user opens the DM", err, ErrForbidden)
+	wantKind(t, "the blocked user opens the DM", err, ErrNotFound)
 	_, err = ts.svc.OpenDM(ts.ctx, "alice", "bob")
 	wantKind(t, "the blocker opens the DM", err, ErrForbidden)
 	if n := ts.store.conversations(); n != 0 {
@@ -77,6 +78,39 @@ func TestBlockStopsOpeningTheDMEitherWay(t *testing.T) {
 	ts.dm("bob", "alice")
 }
 
+// TestBlockedUserHearsWhatAGoneAccountGets: whoever is blocked learns nothing from a refused open
+// or add, whose answer is word for word the one for an account that does not exist; the blocker
+// hears why.
+func TestBlockedUserHearsWhatAGoneAccountGets(t *testing.T) {
+	ts := newTestService(t)
+	for _, u := range []string{"alice", "bob", "carol"} {
+		ts.connect(u)
+	}
+	ts.block("alice", "bob")
+	g := ts.group("bob", "carol")
+	sameAsGone := func(what string, blockedErr, goneErr error) {
+		t.Helper()
+		wantKind(t, what, blockedErr, ErrNotFound)
+		wantKind(t, what+" (no such account)", goneErr, ErrNotFound)
+		if got, want := blockedErr.Error(), strings.ReplaceAll(goneErr.Error(), "ghost", "alice"); got != want {
+			t.Fatalf("%s: the blocked user hears %q; an account that is gone gives %q", what, got, want)
+		}
+	}
+	_, blockedErr := ts.svc.OpenDM(ts.ctx, "bob", "alice")
+	_, goneErr := ts.svc.OpenDM(ts.ctx, "bob", "ghost")
+	sameAsGone("open the DM", blockedErr, goneErr)
+	_, blockedErr = ts.svc.CreateGroup(ts.ctx, "bob", "x", []string{"alice"})
+	_, goneErr = ts.svc.CreateGroup(ts.ctx, "bob", "x", []string{"ghost"})
+	sameAsGone("create a group", blockedErr, goneErr)
+	sameAsGone("add to a group", ts.svc.AddMembers(ts.ctx, "bob", g, []string{"alice"}), ts.svc.AddMembers(ts.ctx, "bob", g, []string{"ghost"}))
+
+	_, err := ts.svc.OpenDM(ts.ctx, "alice", "bob")
+	wantKind(t, "the blocker opens the DM", err, ErrForbidden)
+	if !strings.Contains(err.Error(), "you blocked bob") {
+		t.Fatalf("the blocker hears %q; want it to say they blocked bob", err)
+	}
+}
+
 func TestBlockStopsAddingToGroups(t *testing.T) {
 	ts := newTestService(t)
 	for _, u := range []string{"alice", "bob", "carol"} {
@@ -86,7 +120,7 @@ func TestBlockStopsAddingToGroups(t *testing.T) {
 	ts.block("alice", "bob")
 
 	_, err := ts.svc.CreateGroup(ts.ctx, "bob", "x", []string{"carol", "alice"})
-	wantKind(t, "the blocked user creates a group with the blocker", err, ErrForbidden)
+	wantKind(t, "the blocked user creates a group with the blocker", err, ErrNotFound)
 	_, err = ts.svc.CreateGroup(ts.ctx, "alice", "x", []string{"bob"})
 	wantKind(t, "the blocker creates a group with the blocked user", err, ErrForbidden)
 	if n := ts.store.conversations(); n != 1 {
@@ -95,7 +129,7 @@ func TestBlockStopsAddingToGroups(t *testing.T) {
 
 	g := ts.group("bob", "carol")
 	before := len(ts.store.messages(g))
-	wantKind(t, "the blocked user adds the blocker", ts.svc.AddMembers(ts.ctx, "bob", g, []string{"dave", "alice"}), ErrForbidden)
+	wantKind(t, "the blocked user adds the blocker", ts.svc.AddMembers(ts.ctx, "bob", g, []string{"dave", "alice"}), ErrNotFound)
 	if c, _ := ts.store.conv(g); c.IsMember("alice") || c.IsMember("dave") || len(ts.store.messages(g)) != before {
 		t.Fatalf("a refused add changed the group: members %v, %d messages (was %d)", c.Members, len(ts.store.messages(g)), before)
 	}

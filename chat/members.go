@@ -64,7 +64,7 @@ func (s *Service) AddMembers(ctx context.Context, userID, convID string, members
 		return fmt.Errorf("look up members: %w", err)
 	}
 	if len(missing) > 0 {
-		return refuse(ErrNotFound, "no such user: %s", missing[0])
+		return refuse(ErrNotFound, noSuchUser, missing[0])
 	}
 	if err := s.checkAdd(ctx, userID, added); err != nil {
 		return err

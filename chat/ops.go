@@ -127,7 +127,7 @@ func (s *Service) createConversation(ctx context.Context, userID string, c stora
 		return protocol.Conversation{}, fmt.Errorf("look up members: %w", err)
 	}
 	if len(missing) > 0 {
-		return protocol.Conversation{}, refuse(ErrNotFound, "no such user: %s", missing[0])
+		return protocol.Conversation{}, refuse(ErrNotFound, noSuchUser, missing[0])
 	}
 	stored, err := s.store.EnsureConversation(ctx, c)
 	if err != nil {

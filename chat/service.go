@@ -55,6 +55,10 @@ func refuse(kind error, format string, args ...any) error {
 
 var errNotMember = &Error{Kind: ErrNotMember, Message: ErrNotMember.Error()}
 
+// noSuchUser is the refusal for naming a user who does not exist or whose account is gone, and,
+// word for word, for a user who blocks the asker (see blocks.go).
+const noSuchUser = "no such user: %s"
+
 // Store is what the service reads and writes directly; sends go through the Sender.
 type Store interface {
 	Conversation(ctx context.Context, id string) (storage.Conversation, error)

@@ -127,11 +127,11 @@ func TestBlockingOverWebSockets(t *testing.T) {
 	_, err = alice.Send(ctx, dm.ID, "blocker's send")
 	wantRefused(t, "the blocker sends in the DM", err, protocol.CodeForbidden)
 	_, err = bob.OpenDM(ctx, "alice")
-	wantRefused(t, "the blocked user opens the DM", err, protocol.CodeForbidden)
+	wantRefused(t, "the blocked user opens the DM", err, protocol.CodeNotFound)
 	_, err = bob.CreateGroup(ctx, "with alice", []string{"carol", "alice"})
-	wantRefused(t, "the blocked user creates a group with the blocker", err, protocol.CodeForbidden)
+	wantRefused(t, "the blocked user creates a group with the blocker", err, protocol.CodeNotFound)
 	_, err = bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeAddMembers, ConversationID: bobsGroup.ID, Members: []string{"alice"}})
-	wantRefused(t, "the blocked user adds the blocker", err, protocol.CodeForbidden)
+	wantRefused(t, "the blocked user adds the blocker", err, protocol.CodeNotFound)
 	if got := dmBodies(t, alice, dm.ID); !slices.Equal(got, []string{"before"}) {
 		t.Fatalf("the DM holds %q; want only the message from before the block", got)
 	}

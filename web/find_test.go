@@ -27,7 +27,8 @@ func chipsIn(list string) string {
 // picked by mistake, taken out again by her chip's button), and the frame carries their ids.
 // Mary Jane and José see the group by its name with its members by name. Alice adds Zoë by
 // name in group info: Zoë gets the group, José sees "Alice added Zoë", Mary Jane's group info
-// lists all four by name. José blocks Mary Jane by name in his settings.
+// lists all four by name. José blocks Mary Jane by name in his settings; her "Message a user"
+// of José then says only that she cannot message José, by name.
 func TestFindPeopleForGroups(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
@@ -108,4 +109,15 @@ func TestFindPeopleForGroups(t *testing.T) {
 	if blocks := sentFramesOf(jose, "block_user"); len(blocks) != 1 || blocks[0].UserID != maryID {
 		t.Fatalf("block_user frames sent: %+v; want one for %s", blocks, maryID)
 	}
+
+	// Mary Jane, blocked, finds José and tries to message him: she learns nothing of the block,
+	// and he is named, never shown by id.
+	mary.do("close group info", pressKey("Escape", 27, ""))
+	mary.waitFor("group info closed", `!document.getElementById('group-info').open`)
+	mary.do("look for jos", chromedp.SendKeys(chromedp.ID("dm-user"), "jos"))
+	mary.waitFor("José found by jos", fmt.Sprintf(`%s === %q`, foundIn("dm-results"), "José "+joseID))
+	mary.do("pick José and open", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#dm-results li[data-user=%q]`, joseID))),
+		chromedp.Click(chromedp.CSS("#dm-form button[type=submit]")))
+	mary.waitFor("a refusal that names José and says nothing of a block", fmt.Sprintf(`(t => t === 'You cannot message José.' && !t.includes(%q) && !/block/i.test(t))(document.getElementById('sidebar-error').textContent)`, joseID))
+	mary.screenshot("29-blocked-open-dm")
 }

@@ -935,7 +935,9 @@
       dmFinder.close();
       openConversation(r.conversation.id, { focus: true });
     } catch (err) {
-      ui.sidebarError.textContent = errorText(err);
+      // not_found is also what a user someone blocks hears about them (PROTOCOL.md, block_user):
+      // the page says no more than the server does.
+      ui.sidebarError.textContent = err.code === 'not_found' ? `You cannot message ${nameOf(peer)}.` : errorText(err);
     }
   }
 
@@ -1127,13 +1129,24 @@
       ui.groupDetails.open = false;
       openConversation(r.conversation.id, { focus: true });
     } catch (err) {
-      ui.sidebarError.textContent = errorText(err);
+      // not_found is also what a user someone blocks hears about them (PROTOCOL.md, block_user):
+      // the page says no more than the server does.
+      ui.sidebarError.textContent = err.code === 'not_found' ? `You cannot message ${nameOf(peer)}.` : errorText(err);
     }
   }
 
   function errorText(err) {
     if (err.code === 'offline' || err.code === 'disconnected') return 'Not connected; try again in a moment.';
-    return err.message || err.code;
+    return namedText(err.message || err.code);
+  }
+
+  // namedText puts the display names the page knows in place of the user ids in a server's words
+  // ("no such user: mary-jane"): a person is never shown as a bare id where their name is known.
+  function namedText(text) {
+    return text.replace(/[^\s:,;()"]+/g, (word) => {
+      const p = state.names.get(word);
+      return p && !p.deleted && p.name ? p.name : word;
+    });
   }
 
   // renderConvList updates the list in place, so focus stays on the item a keyboard user is on.
