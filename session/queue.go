@@ -30,6 +30,12 @@ type outbox struct {
 	// overSince is when the Push bytes last rose past MaxQueuedBytes while the writer had not
 	// brought them back under it; zero while under.
 	overSince time.Time
+	// graceTimer cuts the session once overSince is SlowConsumerGrace old. Push checks the grace
+	// too, but a conversation that goes quiet pushes nothing more, and a reader too slow to drain
+	// its queue would not be cut. It is armed when the Push bytes go over, stopped when the
+	// writer brings them back under or the session closes, and made on the first spell over, so
+	// a session that never falls behind has none.
+	graceTimer *time.Timer
 	// room, when not nil, is closed and cleared as soon as bytes are written: it wakes PushWait
 	// callers waiting for the queue to drain. Waiters create it, so it costs nothing otherwise.
 	room chan struct{}
@@ -71,11 +77,12 @@ type ephFrame struct {
 
 // Push queues a frame that must reach the reader (a persisted message, a conversation, removed,
 // hidden or deleted notice) without blocking. A reader may fall behind for a moment: the Push
-// bytes waiting may pass MaxQueuedBytes. If they stay past it for SlowConsumerGrace, or reach
-// slowConsumerHardFactor times it, the client cannot take what it must receive: the session is
-// closed with StatusSlowConsumer (logged at warn, within the budget of cut lines), the frame is dropped and false is returned;
-// the client fills the gap with a sync when it reconnects. Push also returns false once the
-// session is closing.
+// bytes waiting may pass MaxQueuedBytes. If they stay past it for SlowConsumerGrace, whether or
+// not more frames are pushed, or reach slowConsumerHardFactor times it, the client cannot take
+// what it must receive: the session is closed with StatusSlowConsumer (logged at warn, within the
+// budget of cut lines). A Push that finds it so drops its frame and returns false; the client
+// fills the gap with a sync when it reconnects. Push also returns false once the session is
+// closing.
 func (s *Session) Push(frame []byte) bool {
 	q := &s.out
 	q.mu.Lock()
@@ -87,15 +94,12 @@ func (s *Session) Push(frame []byte) bool {
 		now := time.Now()
 		if q.overSince.IsZero() {
 			q.overSince = now
+			s.armGrace()
 		}
 		behind := now.Sub(q.overSince)
 		if queued > slowConsumerHardFactor*s.cfg.MaxQueuedBytes || behind > s.cfg.SlowConsumerGrace {
 			q.mu.Unlock()
-			if s.closeWith(StatusSlowConsumer, "slow consumer: write queue full") {
-				s.cfg.Metrics.slowConsumerCut()
-				s.cutLog(StatusSlowConsumer).Int("queuedBytes", queued).Dur("behind", behind).
-					Msg("slow consumer: write queue full; closing")
-			}
+			s.cutSlowConsumer(queued, behind)
 			return false
 		}
 	}
@@ -104,6 +108,49 @@ func (s *Session) Push(frame []byte) bool {
 	s.startWriter()
 	q.mu.Unlock()
 	return true
+}
+
+// armGrace starts the grace timer for a spell over MaxQueuedBytes that began just now; called
+// with the outbox locked.
+func (s *Session) armGrace() {
+	q := &s.out
+	if q.graceTimer == nil {
+		q.graceTimer = time.AfterFunc(s.cfg.SlowConsumerGrace, s.graceExpired)
+		return
+	}
+	q.graceTimer.Reset(s.cfg.SlowConsumerGrace)
+}
+
+// graceExpired runs on the grace timer's goroutine: it cuts the session if its Push bytes are
+// still over MaxQueuedBytes and have been for SlowConsumerGrace.
+func (s *Session) graceExpired() {
+	q := &s.out
+	q.mu.Lock()
+	if q.shut || q.overSince.IsZero() {
+		q.mu.Unlock() // closed, or the writer brought the queue back under in time
+		return
+	}
+	behind := time.Since(q.overSince)
+	if behind < s.cfg.SlowConsumerGrace {
+		// The queue went under and over again while this call waited for the lock, too late
+		// for Stop: the new spell gets its whole grace.
+		q.graceTimer.Reset(s.cfg.SlowConsumerGrace - behind)
+		q.mu.Unlock()
+		return
+	}
+	queued := q.pushBytes
+	q.mu.Unlock()
+	s.cutSlowConsumer(queued, behind)
+}
+
+// cutSlowConsumer closes the session of a client that cannot take what it must receive, and
+// logs and counts the cut once, whichever of Push and the grace timer finds it first.
+func (s *Session) cutSlowConsumer(queued int, behind time.Duration) {
+	if s.closeWith(StatusSlowConsumer, "slow consumer: write queue full") {
+		s.cfg.Metrics.slowConsumerCut()
+		s.cutLog(StatusSlowConsumer).Int("queuedBytes", queued).Dur("behind", behind).
+			Msg("slow consumer: write queue full; closing")
+	}
 }
 
 // PushWait queues a frame that answers the client's own request. It waits while the
@@ -246,6 +293,9 @@ func (s *Session) closeOutbox() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.shut = true
+	if q.graceTimer != nil {
+		q.graceTimer.Stop() // a cut session has nothing more to cut; a call already due finds it shut
+	}
 	s.startWriter()
 }
 
@@ -292,8 +342,9 @@ func (q *outbox) written(f outFrame) {
 	defer q.mu.Unlock()
 	if f.push {
 		q.pushBytes -= len(f.data)
-		if q.pushBytes <= q.limit {
+		if !q.overSince.IsZero() && q.pushBytes <= q.limit {
 			q.overSince = time.Time{}
+			q.graceTimer.Stop() // back under in time; only when going under, not every frame
 		}
 	} else {
 		q.replyBytes -= len(f.data)

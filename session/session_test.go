@@ -14,6 +14,7 @@ import (
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/session"
+	"github.com/chatd/chatd/testenv"
 )
 
 // A frame whose work blocks must not stop the reader: pings are answered, other conversations
@@ -310,6 +311,49 @@ func TestSlowConsumerIsCutAndReaderIsNot(t *testing.T) {
 		}
 		c.stillOpen("p1")
 	})
+}
+
+// A client that stops reading is cut by the grace alone: pushed past MaxQueuedBytes once in a
+// conversation that then goes quiet, its session is closed with 4008 about SlowConsumerGrace
+// later, not at a next push (there is none) nor when its stuck write times out.
+func TestSlowConsumerIsCutWithoutAnotherPush(t *testing.T) {
+	const maxQueued = 1 << 20
+	const grace = 300 * time.Millisecond
+	// Room for a loaded machine under the race detector, and far below WriteTimeout, so that
+	// only the grace can close the session in time.
+	const slack = 2 * time.Second
+	srv := startServer(t, serverOptions{cfg: session.Config{MaxQueuedBytes: maxQueued,
+		SlowConsumerGrace: grace, WriteTimeout: 2 * pollTimeout}, smallBuffers: true})
+	c := srv.dial("alice")
+	// Three times the limit, under the hard bound of four: far more than the kernel's buffers
+	// take for a client that does not read, so the queue stays over the limit.
+	frame := frameOfSize("m", 16<<10)
+	start := time.Now()
+	for i := range 3 * maxQueued / len(frame) {
+		if !c.sess.Push(frame) {
+			t.Fatalf("push %d refused within the grace", i)
+		}
+	}
+	lastPush := time.Now()
+	testenv.CheckFor(t, grace+slack, 2*time.Millisecond, func() error {
+		select {
+		case <-c.sess.Done():
+			return nil
+		default:
+			return fmt.Errorf("a session over MaxQueuedBytes is still open %v after its last push; the grace is %v",
+				time.Since(lastPush).Round(time.Millisecond), grace)
+		}
+	})
+	if d := time.Since(start); d < grace {
+		t.Fatalf("cut %v after the queue went over the limit; want no sooner than the grace (%v)", d, grace)
+	}
+	c.read() // the client comes back and is told why it was cut
+	c.closedWith(session.StatusSlowConsumer)
+	receive(t, "the cut session to end", srv.handler.closed)
+	lines := logLines(t, srv, "slow consumer: write queue full; closing")
+	if len(lines) != 1 || lines[0]["level"] != "warn" || lines[0]["closeCode"] != 4008.0 {
+		t.Fatalf("got cut lines %v; want one at warn with close code 4008; logs:\n%s", lines, srv.log.String())
+	}
 }
 
 // Replies to a client's own requests wait for it to read instead of cutting it.
