@@ -48,12 +48,15 @@ func chipIs(seq int64, emoji string, count int, mine bool) string {
 }
 
 // TestEditMessage: alice edits her message through its menu (Escape first cancels, then Enter
-// saves); bob sees the new text live with an "edited" mark, and again after a reload from
+// saves), and her typing of the new text shows bob no "typing"; bob sees the new text live with
+// an "edited" mark, and again after a reload from
 // history; bob's menu on alice's message offers no Edit; an edit the server refuses (the message
 // was deleted on alice's phone meanwhile) shows the server's words and keeps the text.
 func TestEditMessage(t *testing.T) {
 	n, alice, bob := twoInADM(t)
-	alice.typeMessage("see you at 5", true)
+	// Set without an input event: no typing frame yet, so the page's 3 s throttle cannot hide one sent while editing.
+	alice.do("send see you at 5", chromedp.Evaluate[chromedp.Void](`document.getElementById('composer-input').value = 'see you at 5'`),
+		chromedp.Focus(chromedp.ID("composer-input")), pressKey("Enter", 13, "\r"))
 	bob.untilShown(1, 1)
 	alice.waitFor("the message confirmed", present(msgSel(1)+`[data-state="sent"]`))
 
@@ -66,12 +69,21 @@ func TestEditMessage(t *testing.T) {
 	alice.openMessageMenu(1)
 	alice.do("choose Edit again", chromedp.Click(chromedp.ID("msg-edit")))
 	alice.waitFor("the edit bar", `!document.getElementById('edit-bar').hidden`)
-	alice.do("change the text and press Enter", chromedp.SetValue(chromedp.ID("composer-input"), "see you at 6"), pressKey("Enter", 13, "\r"))
+	typingBefore := len(sentFramesOf(alice, protocol.TypeTyping))
+	alice.do("change the text as a person types it", chromedp.Evaluate[chromedp.Void](`document.getElementById('composer-input').value = ''`), chromedp.Focus(chromedp.ID("composer-input")), insertText("see you at 6"))
+	alice.waitFor("the new text in the composer", `document.getElementById('composer-input').value === 'see you at 6'`)
+	alice.do("press Enter", pressKey("Enter", 13, "\r"))
 	bob.waitFor("the new text with an edited mark", bodyIs(1, "see you at 6")+` && `+present(msgSel(1)+" .meta .edited"))
 	alice.waitFor("alice's composer empty again", `document.getElementById('edit-bar').hidden && document.getElementById('composer-input').value === ''`)
 	bob.screenshot("14-edited")
 	if edits := sentFramesOf(alice, protocol.TypeEditMessage); len(edits) != 1 || edits[0].Seq != 1 || edits[0].Body != "see you at 6" {
 		t.Fatalf("alice's edit frames %+v, want one of seq 1 with the new text", edits)
+	}
+	if typing := sentFramesOf(alice, protocol.TypeTyping)[typingBefore:]; len(typing) != 0 {
+		t.Fatalf("alice's page sent %d typing frames while she edited: bob would see her typing", len(typing))
+	}
+	if got := eval[string](bob, `document.getElementById('typing').textContent`); got != "" {
+		t.Fatalf("bob sees %q while alice edits", got)
 	}
 	if sends := sentFramesOf(alice, protocol.TypeSend); len(sends) != 1 {
 		t.Fatalf("alice sent %d messages, want 1: the edit must not be sent as a new message", len(sends))

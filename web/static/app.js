@@ -45,6 +45,7 @@
   const NAMES_DEBOUNCE_MS = 30; // gather the ids a render asks for into one profiles request
   const FIND_DEBOUNCE_MS = 250; // wait for a pause in typing before asking find_users
   const FAVICON_PX = 64; // the drawn favicon's size; browsers scale it to the tab's 16 or 32 px
+  const PHONE = '(max-width: 700px)'; // style.css's one-view-at-a-time layout
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -578,7 +579,7 @@
     if (!c) {
       c = {
         id: v.id, kind: v.kind, name: v.name || '', members: [], lastSeq: 0, readSeq: 0, unread: 0,
-        activity: Date.parse(v.createdAt) || 0, peerReadSeq: 0, readBy: null, typing: new Map(),
+        activity: Date.parse(v.createdAt) || 0, peerReadSeq: 0, groupReads: null, typing: new Map(),
         peerDeliveredSeq: 0, // in a DM, how far the other member's devices have received
         // The change version this page holds of the conversation's messages (see noteVersion):
         // that of the first view of it, no later than any page loaded since (a lower one only
@@ -888,8 +889,8 @@
     if (c.kind === 'dm') {
       c.peerReadSeq = Math.max(c.peerReadSeq, f.readSeq || 0);
       if (c.id === state.openId) renderMessages();
-    } else if (c.id === state.openId && c.readBy && (f.readSeq || 0) >= c.readBy.seq) {
-      refreshReceiptsSoon();
+    } else if (c.id === state.openId && c.groupReads && (f.readSeq || 0) >= c.groupReads.from) {
+      refreshReceiptsSoon(); // a count of an own message on screen grew
     }
   }
 
@@ -1810,6 +1811,14 @@
     return 0;
   }
 
+  function firstOwnSeq(w) {
+    for (let s = w.lo; s <= w.hi; s++) {
+      const m = w.bySeq.get(s);
+      if (m && m.senderId === me() && m.kind === 'text') return s;
+    }
+    return 0;
+  }
+
   function lastOwnSeq(w) {
     for (let s = w.hi; s >= w.lo; s--) {
       const m = w.bySeq.get(s);
@@ -1818,21 +1827,35 @@
     return 0;
   }
 
-  // sentStatus says what the sender sees under a confirmed message: ticks in a DM, "read by N"
-  // under the newest own message of a group.
+  // groupReadBy says who has read an own message of a group: exactly, with their ids, from the
+  // readers' positions (groups of up to 32); else at least the count of the next message asked about
+  // (a cursor only moves forward, so whoever read a message read every one before it).
+  function groupReadBy(c, seq) {
+    const g = c.groupReads;
+    if (!g || seq < g.from) return { n: 0, readers: [] };
+    if (g.readers) {
+      const readers = [...g.readers].filter(([, readSeq]) => readSeq >= seq).map(([u]) => u);
+      return { n: readers.length, readers };
+    }
+    const asked = g.counts.find(([s]) => s >= seq);
+    return { n: asked ? asked[1] : 0, readers: [] };
+  }
+
+  // sentStatus says what the sender sees under a confirmed message: ticks in a DM; in a group, a
+  // read tick under every own message someone has read and "Read by N" under the newest.
   function sentStatus(c, m, isLast) {
     if (c.kind === 'dm') {
       const read = m.seq <= c.peerReadSeq;
       const delivered = read || m.seq <= c.peerDeliveredSeq;
-      if (read) return { sig: 'read', read, delivered, text: '✓✓', label: 'Read' };
-      if (delivered) return { sig: 'delivered', read, delivered, text: '✓✓', label: 'Delivered' };
-      return { sig: 'sent', read, delivered, text: '✓', label: 'Sent' };
+      if (read) return { sig: 'read', tick: 'read', read, delivered, text: '✓✓', label: 'Read' };
+      if (delivered) return { sig: 'delivered', tick: 'delivered', read, delivered, text: '✓✓', label: 'Delivered' };
+      return { sig: 'sent', tick: 'sent', read, delivered, text: '✓', label: 'Sent' };
     }
-    if (isLast && c.readBy && c.readBy.seq === m.seq) {
-      const n = c.readBy.n;
-      return { sig: `by${n}`, readBy: n, text: `Read by ${n}`, label: `Read by ${n}`, title: c.readBy.readers.map(nameOf).join(', ') };
+    const { n, readers } = groupReadBy(c, m.seq);
+    if (n > 0) {
+      return { sig: `by${n}${isLast ? 'last' : ''}`, tick: 'read', readBy: n, text: isLast ? `Read by ${n}` : '✓✓', label: `Read by ${n}`, title: readers.map(nameOf).join(', ') };
     }
-    return { sig: 'sent', text: '✓', label: 'Sent' };
+    return { sig: 'sent', tick: 'sent', text: '✓', label: 'Sent' };
   }
 
   // dayKey names a local calendar day; dayLabel says it the way chat apps do.
@@ -1979,7 +2002,7 @@
       h('span', { class: 'meta' },
         m.editedAt && m.kind === 'text' ? h('span', { class: 'edited', title: `Edited ${formatTime(m.editedAt)}` }, 'edited') : null,
         h('time', { datetime: m.createdAt }, formatTime(m.createdAt)),
-        status ? h('span', { class: `tick ${status.sig}`, role: 'img', 'aria-label': status.label, title: status.title || status.label }, status.text) : null));
+        status ? h('span', { class: `tick ${status.tick}`, role: 'img', 'aria-label': status.label, title: status.title || status.label }, status.text) : null));
     // The button sits beside the bubble, on the side facing the middle of the pane.
     return mine ? h('li', attrs, menuButton, bubble) : h('li', attrs, bubble, menuButton);
   }
@@ -2130,32 +2153,52 @@
     receiptsTimer = setTimeout(refreshReceipts, 300);
   }
 
-  // refreshReceipts asks who read an own message of the open conversation. In a group it is the
-  // newest one ("read by N"). In a DM it is the oldest one not known to be read: the peer is listed,
-  // with their read position, when they have read it, and that position gives the ticks of every
-  // own message, also of those loaded later (after a reload the page knows no receipt pushes).
+  // refreshReceipts asks who read an own message of the open conversation. In a DM it is the oldest
+  // one not known to be read: the peer is listed, with their read position, when they have read it,
+  // and that position gives the ticks of every own message, also of those loaded later (after a
+  // reload the page knows no receipt pushes). In a group it is the oldest own message shown: its
+  // readers' positions give every later own message its count (see groupReadBy).
   async function refreshReceipts() {
     const c = openConv();
     const w = openWindow();
     if (!c || !w || !conn.live) return;
-    const seq = c.kind === 'dm' ? oldestUnreadOwnSeq(c, w) : lastOwnSeq(w);
+    if (c.kind !== 'dm') { await refreshGroupReads(c, w); return; }
+    const seq = oldestUnreadOwnSeq(c, w);
     if (!seq) return;
     try {
       const r = await request({ type: 'receipts', conversationId: c.id, seq });
-      const readers = r.readers || [];
-      if (c.kind === 'dm') {
-        for (const rd of readers) if (rd.userId !== me()) c.peerReadSeq = Math.max(c.peerReadSeq, rd.readSeq);
-        if (r.deliveredTo >= 1) c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, seq);
-        // Delivered is a position too: when the newest own message has reached the other member's
-        // devices, every older one has, so one more question gives every message's ticks.
+      for (const rd of r.readers || []) if (rd.userId !== me()) c.peerReadSeq = Math.max(c.peerReadSeq, rd.readSeq);
+      if (r.deliveredTo >= 1) c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, seq);
+      // Delivered is a position too: when the newest own message has reached the other member's
+      // devices, every older one has, so one more question gives every message's ticks.
+      const last = lastOwnSeq(w);
+      if (last > Math.max(c.peerReadSeq, c.peerDeliveredSeq)) {
+        const r2 = await request({ type: 'receipts', conversationId: c.id, seq: last });
+        if (r2.deliveredTo >= 1) c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, last);
+        if (r2.readBy >= 1) c.peerReadSeq = Math.max(c.peerReadSeq, last);
+      }
+      if (c.id === state.openId) renderMessages();
+    } catch { /* receipts are a nicety; the next receipt push asks again */ }
+  }
+
+  async function refreshGroupReads(c, w) {
+    const from = firstOwnSeq(w);
+    if (!from) return;
+    try {
+      const r = await request({ type: 'receipts', conversationId: c.id, seq: from });
+      const g = { from, readers: null, counts: [[from, r.readBy || 0]] };
+      if (r.readers || !r.readBy) {
+        g.readers = new Map((r.readers || []).filter((rd) => rd.userId !== me()).map((rd) => [rd.userId, rd.readSeq]));
+      } else {
+        // A large group lists no readers: the newest own message gets its own count.
         const last = lastOwnSeq(w);
-        if (last > Math.max(c.peerReadSeq, c.peerDeliveredSeq)) {
+        if (last > from) {
           const r2 = await request({ type: 'receipts', conversationId: c.id, seq: last });
-          if (r2.deliveredTo >= 1) c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, last);
-          if (r2.readBy >= 1) c.peerReadSeq = Math.max(c.peerReadSeq, last);
+          g.counts.push([last, r2.readBy || 0]);
+          g.counts.sort((a, b) => a[0] - b[0]);
         }
       }
-      c.readBy = { seq, n: r.readBy || 0, readers: readers.map((rd) => rd.userId) };
+      c.groupReads = g;
       if (c.id === state.openId) renderMessages();
     } catch { /* receipts are a nicety; the next receipt push asks again */ }
   }
@@ -2411,6 +2454,8 @@
     checkDraft();
     const c = openConv();
     if (!c || !ui.input.value.trim()) return;
+    // Editing an old message is not writing a new one: the others are not told "typing".
+    if (state.editing && state.editing.convId === c.id) return;
     const last = typingSent.get(c.id) || 0;
     if (Date.now() - last < TYPING_SEND_EVERY_MS) return;
     if (sendFrame({ type: 'typing', conversationId: c.id })) typingSent.set(c.id, Date.now());
@@ -3200,6 +3245,12 @@
 
   // ---- Wiring ----------------------------------------------------------------------------------
 
+  // A reload on a phone starts at the list, as a phone's chat apps do; a desktop reload, and a link
+  // to a conversation (#c=<id>), still open the conversation.
+  if (window.matchMedia(PHONE).matches && performance.getEntriesByType('navigation')[0]?.type === 'reload') {
+    history.replaceState(null, '', location.pathname);
+  }
+
   // The skip link focuses the message box (or, with no conversation open, the DM box) without
   // touching location.hash, which remembers the open conversation.
   document.querySelector('.skip-link').addEventListener('click', (e) => {
@@ -3285,7 +3336,7 @@
   document.addEventListener('keydown', (e) => {
     if (e.defaultPrevented) return;
     if (e.key === 'Escape' && (openMenu.el || document.querySelector('dialog[open]'))) return; // closes that instead
-    if (e.key === 'Escape' && document.body.classList.contains('show-conv') && window.matchMedia('(max-width: 700px)').matches) {
+    if (e.key === 'Escape' && document.body.classList.contains('show-conv') && window.matchMedia(PHONE).matches) {
       closeConversation();
     }
   });
