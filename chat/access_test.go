@@ -203,7 +203,7 @@ func TestRefusalsAllowMembers(t *testing.T) {
 		}
 	}
 	// Over HTTP: bob has no connection here, so the store says whether he is a member.
-	for _, c := range ts.engine.Conns("bob") {
+	for _, c := range ts.hub.Conns("bob") {
 		ts.svc.Close(c)
 	}
 	if err := ts.svc.Read(ts.ctx, "bob", dm, 1); err != nil {
@@ -246,7 +246,7 @@ func TestSyncSkipsConversationsOfOthers(t *testing.T) {
 // TestTooManyConnections: past MaxConnectionsPerUser a connection is refused; closing one makes
 // room again, and other users are not counted.
 func TestTooManyConnections(t *testing.T) {
-	ts := newTestServiceWith(t, Config{MaxConnectionsPerUser: 3}, fanoutConfig{})
+	ts := newTestServiceWith(t, Config{MaxConnectionsPerUser: 3}, hubConfig{})
 	var conns []*fakeConn
 	for range 3 {
 		conns = append(conns, ts.connect("alice"))

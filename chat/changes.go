@@ -107,7 +107,7 @@ func (s *Service) Focus(c Conn, convID string) error {
 			return err
 		}
 	}
-	s.engine.Focus(c, convID)
+	s.hub.Focus(c, convID)
 	return nil
 }
 
@@ -142,10 +142,10 @@ func (s *Service) HandleChange(convID string, data []byte) {
 		return
 	}
 	if f.Type == protocol.TypeReaction && ch.Members > s.cfg.LiveReceiptsMaxMembers {
-		s.engine.PushToFocused(convID, frame)
+		s.hub.PushToFocused(convID, frame)
 		return
 	}
-	s.engine.PushToConversation(convID, "", frame)
+	s.hub.PushToConversation(convID, "", frame)
 }
 
 // catchUp gives a syncing connection, per conversation it names with the change version it holds,

@@ -129,7 +129,7 @@ func TestSyncReplaysThenReleasesLive(t *testing.T) {
 		{"held messages only live", 3, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ts := newTestServiceWith(t, Config{SyncLimit: tc.limit}, fanoutConfig{})
+			ts := newTestServiceWith(t, Config{SyncLimit: tc.limit}, hubConfig{})
 			ts.connect("alice")
 			dm := ts.dm("alice", "bob")
 			for range 5 {
@@ -202,7 +202,7 @@ func TestSyncReplaysThenReleasesLive(t *testing.T) {
 // TestSyncLimit: a sync replays at most SyncLimit messages per conversation; the synced list
 // tells the client the rest is there to page.
 func TestSyncLimit(t *testing.T) {
-	ts := newTestServiceWith(t, Config{SyncLimit: 3}, fanoutConfig{})
+	ts := newTestServiceWith(t, Config{SyncLimit: 3}, hubConfig{})
 	ts.connect("alice")
 	dm := ts.dm("alice", "bob")
 	for range 10 {

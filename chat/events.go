@@ -104,7 +104,7 @@ func (s *Service) HandleMessage(convID string, data []byte, received time.Time) 
 }
 
 // deliverMessage is HandleMessage, reporting whether the message was news here (see
-// fanout.Engine.DeliverMessage); received is the zero time for a message read from the store.
+// hub.Hub.DeliverMessage); received is the zero time for a message read from the store.
 func (s *Service) deliverMessage(convID string, data []byte, received time.Time) bool {
 	var msg protocol.Message
 	if err := json.Unmarshal(data, &msg); err != nil || msg.ConversationID != convID {
@@ -112,7 +112,7 @@ func (s *Service) deliverMessage(convID string, data []byte, received time.Time)
 		return false
 	}
 	s.ownMessage(msg.SenderID, convID, msg.Seq)
-	return s.engine.DeliverMessage(convID, msg.Seq, protocol.PushFromEncodedMessage(data), received)
+	return s.hub.DeliverMessage(convID, msg.Seq, protocol.PushFromEncodedMessage(data), received)
 }
 
 // ownMessage moves a sender's position past their own message, if they are online here.
@@ -148,11 +148,11 @@ func (s *Service) HandleConversationEvent(convID string, data []byte) {
 	}
 	switch ev.Type {
 	case protocol.TypeReceipt:
-		s.engine.EphemeralToConversation(convID, ev.UserID, "receipt:"+convID+":"+ev.UserID, ev.ReadSeq, frame)
+		s.hub.EphemeralToConversation(convID, ev.UserID, "receipt:"+convID+":"+ev.UserID, ev.ReadSeq, frame)
 	case protocol.TypeDelivered:
-		s.engine.EphemeralToConversation(convID, ev.UserID, "delivered:"+convID+":"+ev.UserID, ev.DeliveredSeq, frame)
+		s.hub.EphemeralToConversation(convID, ev.UserID, "delivered:"+convID+":"+ev.UserID, ev.DeliveredSeq, frame)
 	case protocol.TypeTyping:
-		s.engine.EphemeralToConversation(convID, ev.UserID, "typing:"+convID+":"+ev.UserID, 0, frame)
+		s.hub.EphemeralToConversation(convID, ev.UserID, "typing:"+convID+":"+ev.UserID, 0, frame)
 	}
 }
 
@@ -175,7 +175,7 @@ func (s *Service) HandleUserEvent(userID string, data []byte) {
 	case userHidden:
 		s.applyCursor(userID, ev.ConvID, ev.ReadSeq, ev.ReadSeq)
 	case userDeleted:
-		for _, c := range s.engine.Conns(userID) {
+		for _, c := range s.hub.Conns(userID) {
 			c.End("account deleted")
 		}
 	case userRevoked:
@@ -208,7 +208,7 @@ func (s *Service) applyJoin(userID string, conv protocol.Conversation, deleted [
 	s.addPeers(userID, u, conv.Kind, conv.Members)
 	delete(u.left, conv.ID)
 	// The route changes under u.mu with the position, so a join and a leave cannot cross.
-	s.engine.Join(userID, conv.ID, conv.LastSeq)
+	s.hub.Join(userID, conv.ID, conv.LastSeq)
 	s.learnDeleted(conv.ID, deleted) // after the join, so no forget undoes it
 	u.mu.Unlock()
 	conv.ReadSeq, conv.Unread = 0, unread(conv.LastSeq, 0, s.deleted.of(conv.ID))
@@ -229,7 +229,7 @@ func (s *Service) applyLeave(userID, convID string) {
 		u.left[convID] = true
 	}
 	if known {
-		s.engine.Leave(userID, convID)
+		s.hub.Leave(userID, convID)
 	}
 	u.mu.Unlock()
 	if !known {
@@ -291,7 +291,7 @@ func (s *Service) pushToUser(userID string, f protocol.ServerFrame) {
 		s.log.Error().Err(err).Msg("encode frame")
 		return
 	}
-	s.engine.PushToUser(userID, data)
+	s.hub.PushToUser(userID, data)
 }
 
 func (s *Service) ephemeralToUser(userID, key string, f protocol.ServerFrame) {
@@ -300,7 +300,7 @@ func (s *Service) ephemeralToUser(userID, key string, f protocol.ServerFrame) {
 		s.log.Error().Err(err).Msg("encode frame")
 		return
 	}
-	s.engine.EphemeralToUser(userID, key, data)
+	s.hub.EphemeralToUser(userID, key, data)
 }
 
 // Resync catches up after this node could not hear the bus (core NATS drops what is published
@@ -313,7 +313,7 @@ func (s *Service) Resync(ctx context.Context) {
 	defer func() { s.cfg.Metrics.resynced(delivered) }()
 	s.forgetAllBlocks() // block events may have been missed too
 	s.reconcileMemberships(ctx)
-	for id, seq := range s.engine.Conversations() {
+	for id, seq := range s.hub.Conversations() {
 		msgs, err := s.store.MessageRange(ctx, id, seq+1, seq+int64(s.cfg.SyncLimit))
 		if err != nil {
 			s.log.Warn().Err(err).Str("conversation", id).Msg("resync after reconnect")
@@ -335,7 +335,7 @@ func (s *Service) Resync(ctx context.Context) {
 
 // reconcileMemberships applies the joins and leaves the store knows of and this node missed.
 func (s *Service) reconcileMemberships(ctx context.Context) {
-	for _, uid := range s.engine.Users() {
+	for _, uid := range s.hub.Users() {
 		convs, err := s.store.ConversationsOf(ctx, uid)
 		if err != nil {
 			s.log.Warn().Err(err).Str("user", uid).Msg("reconcile memberships after reconnect")

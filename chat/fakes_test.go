@@ -18,7 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
-	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
@@ -876,7 +876,7 @@ func (r *fakeReads) advanced() []storage.Cursor {
 	return slices.Clone(r.advances)
 }
 
-// fakeInterest records what the engine watches. Like a NATS subscription, a watched id is what
+// fakeInterest records what the hub watches. Like a NATS subscription, a watched id is what
 // the fake bus delivers: events of ids nobody here watches are lost.
 type fakeInterest struct {
 	mu    sync.Mutex
@@ -885,7 +885,7 @@ type fakeInterest struct {
 	calls []string
 }
 
-var _ fanout.Interest = (*fakeInterest)(nil)
+var _ hub.Interest = (*fakeInterest)(nil)
 
 func (f *fakeInterest) record(call string, m map[string]int, id string, d int) {
 	f.mu.Lock()
@@ -936,7 +936,7 @@ type busEvent struct {
 	data     []byte
 }
 
-// fakeBus loops publications back to the service's Handle methods, for the ids the engine
+// fakeBus loops publications back to the service's Handle methods, for the ids the hub
 // watches. By default it delivers synchronously inside Publish; after hold it queues, and drain
 // delivers the queue in publication order, so a test decides when events arrive. times > 1
 // delivers every event that many times, as a bus that echoes would.
@@ -1185,28 +1185,28 @@ type testService struct {
 	reads    *fakeReads
 	bus      *fakeBus
 	interest *fakeInterest
-	engine   *fanout.Engine[Conn]
+	hub      *hub.Hub[Conn]
 
 	mu    sync.Mutex
 	conns []*fakeConn
 }
 
-// fanoutConfig is the engine's configuration, for tests that tune it.
-type fanoutConfig = fanout.Config
+// hubConfig is the hub's configuration, for tests that tune it.
+type hubConfig = hub.Config
 
 // users is the cast every test service starts with; "ghost" has no account.
 var users = []string{"alice", "bob", "carol", "dave", "erin"}
 
 func newTestService(t *testing.T) *testService {
-	return newTestServiceWith(t, Config{}, fanout.Config{})
+	return newTestServiceWith(t, Config{}, hub.Config{})
 }
 
-// newTestServiceWith is newTestService with configurations; the fan-out engine's sync grace is a
+// newTestServiceWith is newTestService with configurations; the hub's sync grace is a
 // minute unless set, so held pushes are released by Sync only, never by a slow test machine.
-func newTestServiceWith(t *testing.T, cfg Config, engineCfg fanout.Config) *testService {
+func newTestServiceWith(t *testing.T, cfg Config, hubCfg hub.Config) *testService {
 	t.Helper()
-	if engineCfg.SyncGrace == 0 {
-		engineCfg.SyncGrace = time.Minute
+	if hubCfg.SyncGrace == 0 {
+		hubCfg.SyncGrace = time.Minute
 	}
 	store := newFakeStore()
 	for _, u := range users {
@@ -1216,21 +1216,21 @@ func newTestServiceWith(t *testing.T, cfg Config, engineCfg fanout.Config) *test
 	bus := &fakeBus{interest: interest}
 	sender := &fakeSender{store: store, bus: bus, recent: make(map[string]storage.Message)}
 	reads := &fakeReads{store: store, pending: make(map[cursorKey]storage.Cursor)}
-	engine := fanout.New[Conn](engineCfg, interest)
-	svc, err := New(cfg, store, sender, reads, bus, engine, zerolog.Nop())
+	h := hub.New[Conn](hubCfg, interest)
+	svc, err := New(cfg, store, sender, reads, bus, h, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("new service: %v", err)
 	}
 	bus.svc = svc
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	ts := &testService{t: t, ctx: ctx, svc: svc, store: store, sender: sender, reads: reads, bus: bus,
-		interest: interest, engine: engine}
+		interest: interest, hub: h}
 	t.Cleanup(func() {
 		ts.mu.Lock()
 		conns := slices.Clone(ts.conns)
 		ts.mu.Unlock()
 		for _, c := range conns {
-			svc.Close(c) // closing twice is harmless: the engine no longer knows the connection
+			svc.Close(c) // closing twice is harmless: the hub no longer knows the connection
 		}
 		svc.Stop(ctx)
 		cancel()

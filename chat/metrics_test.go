@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
@@ -29,7 +29,7 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...strin
 // metricsService is a test service whose service and engine record into one registry.
 func metricsService(t *testing.T) (*testService, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
-	return newTestServiceWith(t, Config{Metrics: NewMetrics(reg)}, fanout.Config{Metrics: fanout.NewMetrics(reg)}), reg
+	return newTestServiceWith(t, Config{Metrics: NewMetrics(reg)}, hub.Config{Metrics: hub.NewMetrics(reg)}), reg
 }
 
 // TestMetricsCountSends: an acked send moves the acks and the ack latency by one, a retry's ack

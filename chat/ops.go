@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
@@ -202,7 +202,7 @@ func (s *Service) listConversations(ctx context.Context, userID string, syncing 
 // client up on the changes (edits, reactions, deletions) of what it holds (see catchUp).
 func (s *Service) Sync(ctx context.Context, c Conn, since, versions map[string]int64) ([]protocol.Conversation, error) {
 	uid := c.UserID()
-	err := s.engine.Sync(ctx, c, func(push fanout.ReplayFunc) error {
+	err := s.hub.Sync(ctx, c, func(push hub.ReplayFunc) error {
 		for convID, have := range since {
 			if _, err := s.positionOf(uid, convID); err != nil {
 				continue // a conversation the user left or never had: nothing to replay

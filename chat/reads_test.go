@@ -118,7 +118,7 @@ func TestReceiptsOnlyMoveForward(t *testing.T) {
 // TestHiddenReceipts: a user who hides receipts publishes none, and so does anyone in a group
 // larger than LiveReceiptsMaxMembers; their own devices still follow the cursor.
 func TestHiddenReceipts(t *testing.T) {
-	ts := newTestServiceWith(t, Config{LiveReceiptsMaxMembers: 2}, fanoutConfig{})
+	ts := newTestServiceWith(t, Config{LiveReceiptsMaxMembers: 2}, hubConfig{})
 	alice, bob, carol := ts.connect("alice"), ts.connect("bob"), ts.connect("carol")
 	dm := ts.dm("alice", "bob")
 	group := ts.group("alice", "bob", "carol") // three members: past the live-receipts limit
@@ -203,7 +203,7 @@ func TestReadOverHTTP(t *testing.T) {
 // only; after the interval once more.
 func TestTypingThrottled(t *testing.T) {
 	const interval = 50 * time.Millisecond
-	ts := newTestServiceWith(t, Config{TypingInterval: interval}, fanoutConfig{})
+	ts := newTestServiceWith(t, Config{TypingInterval: interval}, hubConfig{})
 	alice, bob := ts.connect("alice"), ts.connect("bob")
 	dm := ts.dm("alice", "bob")
 	other := ts.dm("alice", "carol")

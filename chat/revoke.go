@@ -29,7 +29,7 @@ func (s *Service) Revoke(userID string) error {
 
 // applyRevoke closes the user's connections on this node.
 func (s *Service) applyRevoke(userID string) {
-	for _, c := range s.engine.Conns(userID) {
+	for _, c := range s.hub.Conns(userID) {
 		c.End(revokedReason)
 	}
 }

@@ -3,7 +3,7 @@
 // hide, privacy, account deletion, badge) as a plain method that takes the caller's user id and returns values or
 // errors of the kinds below. The WebSocket router and the HTTP API both call it; neither holds
 // chat logic. It keeps, for the users connected to this node, their read positions in memory, and
-// it turns the events of the bus into frames that the fan-out engine delivers. Every state change
+// it turns the events of the bus into frames that the hub delivers. Every state change
 // reaches a device by one path, applied idempotently (positions only move forward), so one change
 // is one frame per device. Sends and changes of stored messages go through the sequencer; the
 // service never assigns a seq or a version.
@@ -19,7 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
@@ -114,20 +114,20 @@ type Bus interface {
 
 // Conn is one live connection of a user.
 type Conn interface {
-	fanout.Conn
+	hub.Conn
 	// End closes the connection because its user is gone (the account was deleted).
 	End(reason string)
 }
 
 // Service is the chat service of one node. It is safe for concurrent use.
 type Service struct {
-	cfg    Config
-	store  Store
-	seq    Sender
-	reads  Reads
-	bus    Bus
-	engine *fanout.Engine[Conn]
-	log    zerolog.Logger
+	cfg   Config
+	store Store
+	seq   Sender
+	reads Reads
+	bus   Bus
+	hub   *hub.Hub[Conn]
+	log   zerolog.Logger
 
 	seed  maphash.Seed
 	users [shards]userShard
@@ -193,7 +193,7 @@ type onlineUser struct {
 }
 
 // position is one member's place in one conversation. The conversation's last seq is the highest
-// one the fan-out engine delivered here, or the store's when the position was loaded if that is
+// one the hub delivered here, or the store's when the position was loaded if that is
 // ahead (messages written behind the sequencer's back, by a backfill).
 type position struct {
 	kind      string
@@ -208,14 +208,14 @@ type position struct {
 	block blockState
 }
 
-// New returns a service. Register it as the bus's handler and give it the engine it delivers
+// New returns a service. Register it as the bus's handler and give it the hub it delivers
 // through.
-func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, engine *fanout.Engine[Conn], log zerolog.Logger) (*Service, error) {
+func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, h *hub.Hub[Conn], log zerolog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, store: store, seq: seq, reads: reads, bus: bus, engine: engine,
+	s := &Service{cfg: cfg, store: store, seq: seq, reads: reads, bus: bus, hub: h,
 		log: log.With().Str("component", "chat").Logger(), seed: maphash.MakeSeed(),
 		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
@@ -258,7 +258,7 @@ func (s *Service) positionOf(userID, convID string) (position, error) {
 
 // lastSeq is the highest seq of a conversation known here, given a member's position in it.
 func (s *Service) lastSeq(convID string, p position) int64 {
-	seq, _ := s.engine.Delivered(convID)
+	seq, _ := s.hub.Delivered(convID)
 	return max(seq, p.loadedSeq)
 }
 
@@ -270,7 +270,7 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 	uid := c.UserID()
 	sh := s.shard(uid)
 	sh.mu.Lock()
-	if n := len(s.engine.Conns(uid)); n >= s.cfg.MaxConnectionsPerUser {
+	if n := len(s.hub.Conns(uid)); n >= s.cfg.MaxConnectionsPerUser {
 		sh.mu.Unlock()
 		return 0, refuse(ErrTooManyConnections, "at most %d connections per user", s.cfg.MaxConnectionsPerUser)
 	}
@@ -279,7 +279,7 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 		u = &onlineUser{loaded: make(chan struct{}), positions: make(map[string]*position), left: make(map[string]bool)}
 		sh.m[uid] = u
 	}
-	s.engine.Add(c) // the user's events are heard from here on
+	s.hub.Add(c) // the user's events are heard from here on
 	sh.mu.Unlock()
 	if !ok {
 		u.loadErr = s.load(ctx, uid, u)
@@ -338,7 +338,7 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 		u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
 			readSeq: min(read, conv.LastSeq), deliveredSeq: min(max(cur.DeliveredSeq, read), conv.LastSeq),
 			hiddenSeq: cur.HiddenSeq, peer: dmPeer(conv.Kind, conv.Members, uid)}
-		s.engine.Join(uid, conv.ID, conv.LastSeq)
+		s.hub.Join(uid, conv.ID, conv.LastSeq)
 		s.learnDeleted(conv.ID, conv.DeletedSeqs) // after the join, so no forget undoes it
 		s.addPeers(uid, u, conv.Kind, conv.Members)
 	}
@@ -352,7 +352,7 @@ func (s *Service) Close(c Conn) {
 	uid := c.UserID()
 	sh := s.shard(uid)
 	sh.mu.Lock()
-	last := s.engine.Remove(c)
+	last := s.hub.Remove(c)
 	u := sh.m[uid]
 	if last {
 		delete(sh.m, uid)
@@ -429,7 +429,7 @@ func (u *onlineUser) conversations() []string {
 }
 
 // Connections counts the connections registered here.
-func (s *Service) Connections() int { return s.engine.Connections() }
+func (s *Service) Connections() int { return s.hub.Connections() }
 
 // now is the clock for stored timestamps.
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv/promtest"
 )
@@ -260,7 +260,7 @@ func TestDifferentRangesAreNotMerged(t *testing.T) {
 // history and sends of another user go on. Once the store answers, every sync completes.
 func TestSyncReadsAreBounded(t *testing.T) {
 	const limit, syncs = 4, 100
-	ts := newTestServiceWith(t, Config{MaxConcurrentSyncReads: limit, MaxConnectionsPerUser: syncs + 1}, fanout.Config{})
+	ts := newTestServiceWith(t, Config{MaxConcurrentSyncReads: limit, MaxConnectionsPerUser: syncs + 1}, hub.Config{})
 	ts.connect("alice")
 	ts.connect("bob")
 	dm := ts.dm("bob", "carol")
@@ -313,7 +313,7 @@ func TestSyncReadsAreBounded(t *testing.T) {
 // count the 49 reads saved and the waits for a slot.
 func TestQueuedSyncsShareOneRead(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	ts := newTestServiceWith(t, Config{MaxConcurrentSyncReads: 1, Metrics: NewMetrics(reg)}, fanout.Config{})
+	ts := newTestServiceWith(t, Config{MaxConcurrentSyncReads: 1, Metrics: NewMetrics(reg)}, hub.Config{})
 	g, conns := stormGroup(t, ts, 50, 5)
 	other := ts.group("alice", "bob")
 	bob := ts.open("bob")
@@ -369,7 +369,7 @@ func TestQueuedSyncsShareOneRead(t *testing.T) {
 // share or for a sync read slot, returns at once with its context's error; the others still get
 // their replay, and a read nobody waits for any more never reaches the store.
 func TestCancelledSyncReturnsPromptly(t *testing.T) {
-	ts := newTestServiceWith(t, Config{MaxConcurrentSyncReads: 1}, fanout.Config{})
+	ts := newTestServiceWith(t, Config{MaxConcurrentSyncReads: 1}, hub.Config{})
 	g, conns := stormGroup(t, ts, 3, 5)
 	lonely := ts.group("alice", "bob")
 	bob := ts.open("bob") // before the slot is taken: opening reads the store in one too

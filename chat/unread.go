@@ -99,10 +99,10 @@ func (d *deletions) forget(convID string, live func() bool) {
 	}
 }
 
-// liveHere reports whether a member of convID is connected here (the engine routes it).
+// liveHere reports whether a member of convID is connected here (the hub routes it).
 func (s *Service) liveHere(convID string) func() bool {
 	return func() bool {
-		_, ok := s.engine.Delivered(convID)
+		_, ok := s.hub.Delivered(convID)
 		return ok
 	}
 }

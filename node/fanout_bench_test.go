@@ -80,7 +80,7 @@ var (
 )
 
 // BenchmarkFanout5000 measures one message from send until all 5,000 other members of a group
-// have it on their sockets: the sequencer's persist and publish, the bus, the fan-out engine's
+// have it on their sockets: the sequencer's persist and publish, the bus, the hub's
 // single encoding and 5,000 enqueues, and 5,000 session writes and socket reads over loopback.
 // The receivers are bare WebSockets that only count message frames, so the figures are the
 // server's, not a client library's. Its sub-benchmarks share one node and one set of receivers:

@@ -1,5 +1,5 @@
 // Package node assembles one chat node: it connects to NATS and MongoDB, takes its share of the
-// sequencer partitions, starts the bus, the fan-out engine, the chat service and the HTTP server, and on shutdown stops them in the
+// sequencer partitions, starts the bus, the hub, the chat service and the HTTP server, and on shutdown stops them in the
 // order that loses nothing: stop accepting, close sessions with going-away, hand partitions over,
 // flush read cursors, disconnect.
 package node
@@ -22,7 +22,7 @@ import (
 	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/bus"
 	"github.com/chatd/chatd/chat"
-	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/readstate"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/server"
@@ -233,8 +233,8 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	n.reads = readstate.New(n.store, readstate.Config{Window: cfg.ReadWindow, Metrics: readstate.NewMetrics(n.metrics)}, log)
 	n.bus = bus.New(bus.Config{SubjectPrefix: cmp.Or(cfg.Sequencer.SubjectPrefix, sequencer.DefaultSubjectPrefix),
 		Metrics: bus.NewMetrics(n.metrics)}, n.nc, log)
-	engine := fanout.New[chat.Conn](fanout.Config{Metrics: fanout.NewMetrics(n.metrics)}, n.bus)
-	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, engine, log)
+	conns := hub.New[chat.Conn](hub.Config{Metrics: hub.NewMetrics(n.metrics)}, n.bus)
+	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, conns, log)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package fanout_test
+package hub_test
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/hub"
 )
 
-// countConn is a connection whose pushes only count, so a benchmark measures the engine.
+// countConn is a connection whose pushes only count, so a benchmark measures the hub.
 type countConn struct {
 	user   string
 	pushes atomic.Int64
@@ -26,11 +26,11 @@ func (c *countConn) PushEphemeral(string, []byte)           { c.pushes.Add(1) }
 // benchFrame is a message push of a typical size.
 var benchFrame = []byte(`{"type":"message","conversationId":"0b6f3c2e-9d11-4f43-9d0a-3b7a3c2e9d11","seq":42,"senderId":"alice","kind":"text","body":"hello, this is a message of a typical length","createdAt":"2026-12-02T12:00:00.123Z","clientMsgId":"5f0e7c8e-4a0b-4c3e-9f59-0e7a3c1d2b44"}`)
 
-// newBenchEngine registers users connections (one per user), each in the conversations
+// newBenchHub registers users connections (one per user), each in the conversations
 // convsOf(i) names, synced so nothing is held. The engine records metrics, as a node's does.
-func newBenchEngine(b *testing.B, users int, convsOf func(i int) []string) (*fanout.Engine[*countConn], []*countConn) {
+func newBenchHub(b *testing.B, users int, convsOf func(i int) []string) (*hub.Hub[*countConn], []*countConn) {
 	b.Helper()
-	e := fanout.New[*countConn](fanout.Config{Metrics: fanout.NewMetrics(prometheus.NewRegistry())}, &interest{})
+	e := hub.New[*countConn](hub.Config{Metrics: hub.NewMetrics(prometheus.NewRegistry())}, &interest{})
 	conns := make([]*countConn, users)
 	for i := range conns {
 		c := &countConn{user: "user" + strconv.Itoa(i)}
@@ -42,7 +42,7 @@ func newBenchEngine(b *testing.B, users int, convsOf func(i int) []string) (*fan
 		for id := range convs {
 			e.Join(c.user, id, 0)
 		}
-		if err := e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil }); err != nil {
+		if err := e.Sync(context.Background(), c, func(hub.ReplayFunc) error { return nil }); err != nil {
 			b.Fatal(err)
 		}
 		conns[i] = c
@@ -59,7 +59,7 @@ func newBenchEngine(b *testing.B, users int, convsOf func(i int) []string) (*fan
 // cost of one large group's message on one node.
 func BenchmarkDeliver5000(b *testing.B) {
 	const members = 5000
-	e, conns := newBenchEngine(b, members, func(int) []string { return []string{"big"} })
+	e, conns := newBenchHub(b, members, func(int) []string { return []string{"big"} })
 	e.DeliverMessage("big", 1, benchFrame, time.Now()) // each connection's first message of a conversation allocates its entry
 	b.ReportAllocs()
 	seq := int64(1)
@@ -87,7 +87,7 @@ func BenchmarkDeliverParallelConversations(b *testing.B) {
 	for i := range ids {
 		ids[i] = "conv" + strconv.Itoa(i)
 	}
-	e, _ := newBenchEngine(b, convs*members, func(i int) []string { return []string{ids[i/members]} })
+	e, _ := newBenchHub(b, convs*members, func(i int) []string { return []string{ids[i/members]} })
 	seqs := make([]atomic.Int64, convs)
 	for i, id := range ids {
 		e.DeliverMessage(id, seqs[i].Add(1), benchFrame, time.Now())

@@ -1,4 +1,4 @@
-package fanout_test
+package hub_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/hub"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind, a grace timer's included.
@@ -84,7 +84,7 @@ func (c *conn) seqs(conv string) []int64 {
 	return out
 }
 
-// interest records the engine's watch calls.
+// interest records the hub's watch calls.
 type interest struct {
 	mu    sync.Mutex
 	calls []string
@@ -110,18 +110,18 @@ func (i *interest) take() []string {
 	return out
 }
 
-func newEngine(t *testing.T, cfg fanout.Config) (*fanout.Engine[*conn], *interest) {
+func newHub(t *testing.T, cfg hub.Config) (*hub.Hub[*conn], *interest) {
 	t.Helper()
 	if cfg.SyncGrace == 0 {
 		cfg.SyncGrace = time.Minute // released by Sync only, unless a test says otherwise
 	}
 	in := &interest{}
-	return fanout.New[*conn](cfg, in), in
+	return hub.New[*conn](cfg, in), in
 }
 
 // add registers a connection and routes convs (id to last seq) to its user, as the chat service
 // does for a user's first connection.
-func add(e *fanout.Engine[*conn], c *conn, convs map[string]int64) bool {
+func add(e *hub.Hub[*conn], c *conn, convs map[string]int64) bool {
 	first := e.Add(c)
 	for id, seq := range convs {
 		e.Join(c.UserID(), id, seq)
@@ -130,10 +130,10 @@ func add(e *fanout.Engine[*conn], c *conn, convs map[string]int64) bool {
 }
 
 // live adds a connection and syncs it at once, so its pushes are not held.
-func live(t *testing.T, e *fanout.Engine[*conn], c *conn, convs map[string]int64) bool {
+func live(t *testing.T, e *hub.Hub[*conn], c *conn, convs map[string]int64) bool {
 	t.Helper()
 	first := add(e, c, convs)
-	if err := e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil }); err != nil {
+	if err := e.Sync(context.Background(), c, func(hub.ReplayFunc) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return first
@@ -143,7 +143,7 @@ func live(t *testing.T, e *fanout.Engine[*conn], c *conn, convs map[string]int64
 // a user on their first connection and with their last, once each; Add and Remove say whether a
 // connection was the user's first or last.
 func TestInterest(t *testing.T) {
-	e, in := newEngine(t, fanout.Config{})
+	e, in := newHub(t, hub.Config{})
 	a1, a2, b1 := newConn("a"), newConn("a"), newConn("b")
 	steps := []struct {
 		name string
@@ -191,7 +191,7 @@ func TestInterest(t *testing.T) {
 // TestDeliverMessage: each connection gets each seq once and in order; a seq not above the one
 // delivered is dropped; a conversation with no member here gets nothing.
 func TestDeliverMessage(t *testing.T) {
-	e, _ := newEngine(t, fanout.Config{})
+	e, _ := newHub(t, hub.Config{})
 	a1, a2, b := newConn("a"), newConn("a"), newConn("b")
 	live(t, e, a1, map[string]int64{"x": 0, "y": 5})
 	live(t, e, a2, nil)
@@ -249,7 +249,7 @@ func TestDeliverMessage(t *testing.T) {
 // grace ends, and nothing before.
 func TestHeldUntilGrace(t *testing.T) {
 	const grace = 100 * time.Millisecond
-	e, _ := newEngine(t, fanout.Config{SyncGrace: grace})
+	e, _ := newHub(t, hub.Config{SyncGrace: grace})
 	c := newConn("a")
 	added := time.Now()
 	add(e, c, map[string]int64{"x": 0})
@@ -279,7 +279,7 @@ func TestHeldUntilGrace(t *testing.T) {
 // TestSyncReplaysThenReleases: a sync's replay goes first, then the pushes held meanwhile, with
 // no seq twice; a second sync repeats nothing.
 func TestSyncReplaysThenReleases(t *testing.T) {
-	e, _ := newEngine(t, fanout.Config{})
+	e, _ := newHub(t, hub.Config{})
 	c := newConn("a")
 	add(e, c, map[string]int64{"x": 2, "y": 0})
 	for seq := int64(3); seq <= 6; seq++ { // live while not synced: held
@@ -289,7 +289,7 @@ func TestSyncReplaysThenReleases(t *testing.T) {
 	if got := c.all(); len(got) > 0 {
 		t.Fatalf("got %v before syncing", got)
 	}
-	stored := func(push fanout.ReplayFunc, conv string, from, to int64) error {
+	stored := func(push hub.ReplayFunc, conv string, from, to int64) error {
 		for seq := from; seq <= to; seq++ {
 			if err := push(conv, seq, msg(conv, seq)); err != nil {
 				return err
@@ -297,7 +297,7 @@ func TestSyncReplaysThenReleases(t *testing.T) {
 		}
 		return nil
 	}
-	err := e.Sync(context.Background(), c, func(push fanout.ReplayFunc) error {
+	err := e.Sync(context.Background(), c, func(push hub.ReplayFunc) error {
 		// The client holds x up to 1; the store has up to 4 when the replay reads it; 7 arrives
 		// live during the replay.
 		if err := stored(push, "x", 2, 4); err != nil {
@@ -325,7 +325,7 @@ func TestSyncReplaysThenReleases(t *testing.T) {
 		}
 	}
 
-	if err := e.Sync(context.Background(), c, func(push fanout.ReplayFunc) error { return stored(push, "x", 1, 7) }); err != nil {
+	if err := e.Sync(context.Background(), c, func(push hub.ReplayFunc) error { return stored(push, "x", 1, 7) }); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.seqs("x"); !slices.Equal(got, []int64{2, 3, 4, 5, 6, 7}) {
@@ -333,16 +333,16 @@ func TestSyncReplaysThenReleases(t *testing.T) {
 	}
 
 	// A replay that fails still releases what was held.
-	e.Sync(context.Background(), c, func(push fanout.ReplayFunc) error {
+	e.Sync(context.Background(), c, func(push hub.ReplayFunc) error {
 		e.DeliverMessage("x", 8, msg("x", 8), time.Time{})
 		return fmt.Errorf("store down")
 	})
 	if got := c.seqs("x"); got[len(got)-1] != 8 {
 		t.Errorf("after a failed replay got %v, want 8 released", got)
 	}
-	// A connection the engine does not know replays nothing.
+	// A connection the hub does not know replays nothing.
 	stranger := newConn("s")
-	if err := e.Sync(context.Background(), stranger, func(push fanout.ReplayFunc) error { return stored(push, "x", 1, 3) }); err != nil {
+	if err := e.Sync(context.Background(), stranger, func(push hub.ReplayFunc) error { return stored(push, "x", 1, 3) }); err != nil {
 		t.Fatal(err)
 	}
 	if got := stranger.all(); len(got) > 0 {
@@ -354,13 +354,13 @@ func TestSyncReplaysThenReleases(t *testing.T) {
 // TestMaxHeld: what is held for a connection that has not synced is bounded; past the bound
 // pushes are dropped (the client fills the gap from history), later ones flow after the sync.
 func TestMaxHeld(t *testing.T) {
-	e, _ := newEngine(t, fanout.Config{MaxHeld: 3})
+	e, _ := newHub(t, hub.Config{MaxHeld: 3})
 	c := newConn("a")
 	add(e, c, map[string]int64{"x": 0})
 	for seq := int64(1); seq <= 10; seq++ {
 		e.DeliverMessage("x", seq, msg("x", seq), time.Time{})
 	}
-	if err := e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil }); err != nil {
+	if err := e.Sync(context.Background(), c, func(hub.ReplayFunc) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.seqs("x"); !slices.Equal(got, []int64{1, 2, 3}) {
@@ -376,7 +376,7 @@ func TestMaxHeld(t *testing.T) {
 // TestEphemeralToConversation: with a position, a key's frames only move forward; skipUser's
 // connections get none; without a position every frame goes.
 func TestEphemeralToConversation(t *testing.T) {
-	e, _ := newEngine(t, fanout.Config{})
+	e, _ := newHub(t, hub.Config{})
 	a, b1, b2 := newConn("a"), newConn("b"), newConn("b")
 	for _, c := range []*conn{a, b1, b2} {
 		live(t, e, c, map[string]int64{"x": 0})
@@ -422,13 +422,13 @@ func TestEphemeralToConversation(t *testing.T) {
 // TestGraceTimersDoNotLeak: connections that come and go, synced or not, leave no goroutine; a
 // grace that fires for a connection that is gone pushes nothing.
 func TestGraceTimersDoNotLeak(t *testing.T) {
-	e, _ := newEngine(t, fanout.Config{SyncGrace: time.Millisecond})
+	e, _ := newHub(t, hub.Config{SyncGrace: time.Millisecond})
 	var conns []*conn
 	for i := range 1000 {
 		c := newConn("u" + strconv.Itoa(i%10))
 		add(e, c, map[string]int64{"x": 0})
 		if i%2 == 0 {
-			e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil })
+			e.Sync(context.Background(), c, func(hub.ReplayFunc) error { return nil })
 		}
 		if i%3 != 0 {
 			e.Remove(c)
@@ -457,7 +457,7 @@ func TestConcurrentChurn(t *testing.T) {
 		churnOps  = 400
 		perStayer = 4 // conversations each stayer is in
 	)
-	e, _ := newEngine(t, fanout.Config{SyncGrace: time.Millisecond, MaxHeld: 1 << 20})
+	e, _ := newHub(t, hub.Config{SyncGrace: time.Millisecond, MaxHeld: 1 << 20})
 	conv := func(i int) string { return "c" + strconv.Itoa(i) }
 
 	type stayer struct {
@@ -506,7 +506,7 @@ func TestConcurrentChurn(t *testing.T) {
 				case op == 3:
 					e.Leave(user, conv(rng.IntN(convs)))
 				case op == 4:
-					e.Sync(context.Background(), mine[rng.IntN(len(mine))], func(fanout.ReplayFunc) error { return nil })
+					e.Sync(context.Background(), mine[rng.IntN(len(mine))], func(hub.ReplayFunc) error { return nil })
 				default:
 					e.PushToUser(user, []byte("hello"))
 					e.Conversations()
@@ -573,13 +573,13 @@ func TestConcurrentChurn(t *testing.T) {
 // TestLeaveWhileHeld: pushes held for a connection of a conversation its user then leaves are
 // not given to it when the hold ends, since the user no longer gets that conversation's messages.
 func TestLeaveWhileHeld(t *testing.T) {
-	e, _ := newEngine(t, fanout.Config{})
+	e, _ := newHub(t, hub.Config{})
 	c := newConn("a")
 	add(e, c, map[string]int64{"x": 0, "y": 0})
 	e.DeliverMessage("x", 1, msg("x", 1), time.Time{})
 	e.DeliverMessage("y", 1, msg("y", 1), time.Time{})
 	e.Leave("a", "x")
-	if err := e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil }); err != nil {
+	if err := e.Sync(context.Background(), c, func(hub.ReplayFunc) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.seqs("x"); len(got) > 0 {
@@ -606,7 +606,7 @@ func (c *orderConn) PushEphemeral(string, []byte)           {}
 // order they joined it, also after others left in between and more joined, because that walk is
 // cheaper for the CPU than a random one (see connSet).
 func TestDeliveryWalksConnectionsInJoinOrder(t *testing.T) {
-	e := fanout.New[*orderConn](fanout.Config{SyncGrace: time.Minute}, &interest{})
+	e := hub.New[*orderConn](hub.Config{SyncGrace: time.Minute}, &interest{})
 	var log []string
 	conns := map[string]*orderConn{}
 	var joined []string // the users in the conversation, in join order
@@ -615,7 +615,7 @@ func TestDeliveryWalksConnectionsInJoinOrder(t *testing.T) {
 		conns[user] = c
 		e.Add(c)
 		e.Join(user, "g", 0)
-		if err := e.Sync(context.Background(), c, func(fanout.ReplayFunc) error { return nil }); err != nil {
+		if err := e.Sync(context.Background(), c, func(hub.ReplayFunc) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		joined = append(joined, user)

@@ -1,4 +1,4 @@
-// Package fanout is a node's registry of live connections and its delivery engine. It knows which
+// Package hub is a node's registry of live connections and its delivery engine. It knows which
 // local connections belong to which user and which users of this node are members of which
 // conversation, and writes an already-encoded frame to every connection that should see it: the
 // same bytes to all of them, encoded once by the caller. It gives each connection a
@@ -8,7 +8,7 @@
 // There is no node-wide lock on the delivery path: users and conversations live in maps sharded by
 // id, each conversation entry has its own lock, and delivering to one conversation never waits
 // for another.
-package fanout
+package hub
 
 import (
 	"context"
@@ -25,15 +25,15 @@ const (
 	// not contend; 64 is plenty for two to a few dozen cores.
 	shards = 64
 	// DefaultSyncGrace is how long a new connection's message pushes are held for its first sync
-	// (see Engine.Sync); a client that never syncs gets them after this.
+	// (see Hub.Sync); a client that never syncs gets them after this.
 	DefaultSyncGrace = 2 * time.Second
 	// DefaultMaxHeld bounds the pushes held for one connection while it syncs; past it they are
 	// dropped and the client fills the gap from history, as after any gap.
 	DefaultMaxHeld = 1024
 )
 
-// Conn is one live connection as the engine sees it. Implementations must not block in Push or
-// PushEphemeral and must not call back into the engine from them.
+// Conn is one live connection as the hub sees it. Implementations must not block in Push or
+// PushEphemeral and must not call back into the hub from them.
 type Conn interface {
 	// UserID is the connection's authenticated user.
 	UserID() string
@@ -49,8 +49,8 @@ type Conn interface {
 
 // Interest is told when a conversation gains its first local member and loses its last, and when
 // a user gains a first local connection and loses the last, so the node listens to their events
-// exactly while someone here needs them. Calls are made under the engine's lock of that id, in
-// order: they must not block for long and must not call back into the engine.
+// exactly while someone here needs them. Calls are made under the hub's lock of that id, in
+// order: they must not block for long and must not call back into the hub.
 type Interest interface {
 	WatchConversation(conversationID string)
 	UnwatchConversation(conversationID string)
@@ -58,7 +58,7 @@ type Interest interface {
 	UnwatchUser(userID string)
 }
 
-// Config tunes an Engine. Zero fields take the defaults above.
+// Config tunes a Hub. Zero fields take the defaults above.
 type Config struct {
 	SyncGrace time.Duration
 	MaxHeld   int
@@ -67,10 +67,10 @@ type Config struct {
 	Metrics *Metrics
 }
 
-// Engine routes frames to this node's connections. It is safe for concurrent use; deliveries of
+// Hub routes frames to this node's connections. It is safe for concurrent use; deliveries of
 // one conversation are serialized by that conversation's lock, so they reach every connection in
 // the order they were delivered.
-type Engine[C Conn] struct {
+type Hub[C Conn] struct {
 	cfg      Config
 	interest Interest
 	seed     maphash.Seed
@@ -109,7 +109,7 @@ type convEntry[C Conn] struct {
 	positions map[string]int64
 }
 
-// connState is the engine's view of one connection.
+// connState is the hub's view of one connection.
 type connState[C Conn] struct {
 	conn C
 
@@ -131,15 +131,15 @@ type heldPush struct {
 	frame          []byte
 }
 
-// New returns an engine that tells interest when ids come and go.
-func New[C Conn](cfg Config, interest Interest) *Engine[C] {
+// New returns a hub that tells interest when ids come and go.
+func New[C Conn](cfg Config, interest Interest) *Hub[C] {
 	if cfg.SyncGrace <= 0 {
 		cfg.SyncGrace = DefaultSyncGrace
 	}
 	if cfg.MaxHeld <= 0 {
 		cfg.MaxHeld = DefaultMaxHeld
 	}
-	e := &Engine[C]{cfg: cfg, interest: interest, seed: maphash.MakeSeed()}
+	e := &Hub[C]{cfg: cfg, interest: interest, seed: maphash.MakeSeed()}
 	for i := range e.users {
 		e.users[i].m = make(map[string]*userEntry[C])
 		e.convs[i].m = make(map[string]*convEntry[C])
@@ -147,10 +147,10 @@ func New[C Conn](cfg Config, interest Interest) *Engine[C] {
 	return e
 }
 
-func (e *Engine[C]) userShard(id string) *userShard[C] {
+func (e *Hub[C]) userShard(id string) *userShard[C] {
 	return &e.users[maphash.String(e.seed, id)%shards]
 }
-func (e *Engine[C]) convShard(id string) *convShard[C] {
+func (e *Hub[C]) convShard(id string) *convShard[C] {
 	return &e.convs[maphash.String(e.seed, id)%shards]
 }
 
@@ -158,7 +158,7 @@ func (e *Engine[C]) convShard(id string) *convShard[C] {
 // Join); on the user's first connection there are none yet. The connection's message pushes are
 // held until its first Sync or for the sync grace. It returns whether this is the user's first
 // connection here.
-func (e *Engine[C]) Add(c C) (first bool) {
+func (e *Hub[C]) Add(c C) (first bool) {
 	cs := &connState[C]{conn: c, sent: make(map[string]int64), holding: true, maxHeld: e.cfg.MaxHeld,
 		metrics: e.cfg.Metrics}
 	cs.grace = time.AfterFunc(e.cfg.SyncGrace, func() { cs.release() })
@@ -182,7 +182,7 @@ func (e *Engine[C]) Add(c C) (first bool) {
 
 // attach adds connections to a conversation's entry, creating it (delivered = lastSeq) for the
 // first local member. The caller holds the user's shard lock.
-func (e *Engine[C]) attach(convID string, lastSeq int64, conns ...*connState[C]) {
+func (e *Hub[C]) attach(convID string, lastSeq int64, conns ...*connState[C]) {
 	s := e.convShard(convID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -201,7 +201,7 @@ func (e *Engine[C]) attach(convID string, lastSeq int64, conns ...*connState[C])
 
 // detach removes connections from a conversation's entry and drops the entry with its last
 // connection. The caller holds the user's shard lock.
-func (e *Engine[C]) detach(convID string, conns map[*connState[C]]struct{}) {
+func (e *Hub[C]) detach(convID string, conns map[*connState[C]]struct{}) {
 	s := e.convShard(convID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -222,7 +222,7 @@ func (e *Engine[C]) detach(convID string, conns map[*connState[C]]struct{}) {
 }
 
 // Remove unregisters a connection and reports whether it was its user's last one here.
-func (e *Engine[C]) Remove(c C) (last bool) {
+func (e *Hub[C]) Remove(c C) (last bool) {
 	uid := c.UserID()
 	us := e.userShard(uid)
 	us.mu.Lock()
@@ -257,7 +257,7 @@ func (e *Engine[C]) Remove(c C) (last bool) {
 
 // Join routes a conversation to every connection of an online user, from the seq after lastSeq.
 // It reports false when the user has no connection here or the route exists already.
-func (e *Engine[C]) Join(userID, convID string, lastSeq int64) bool {
+func (e *Hub[C]) Join(userID, convID string, lastSeq int64) bool {
 	us := e.userShard(userID)
 	us.mu.Lock()
 	defer us.mu.Unlock()
@@ -279,7 +279,7 @@ func (e *Engine[C]) Join(userID, convID string, lastSeq int64) bool {
 
 // Leave stops routing a conversation to a user's connections. It reports false when there was no
 // such route.
-func (e *Engine[C]) Leave(userID, convID string) bool {
+func (e *Hub[C]) Leave(userID, convID string) bool {
 	us := e.userShard(userID)
 	us.mu.Lock()
 	defer us.mu.Unlock()
@@ -299,7 +299,7 @@ func (e *Engine[C]) Leave(userID, convID string) bool {
 }
 
 // locked returns the live entry of a conversation with its lock held, or nil.
-func (e *Engine[C]) locked(convID string) *convEntry[C] {
+func (e *Hub[C]) locked(convID string) *convEntry[C] {
 	s := e.convShard(convID)
 	s.mu.RLock()
 	c := s.m[convID]
@@ -320,7 +320,7 @@ func (e *Engine[C]) locked(convID string) *convEntry[C] {
 // is not newer than the last one delivered here. received is when the message came off the bus,
 // from which the delivery latency is measured; the zero time measures nothing (a message read
 // from the store).
-func (e *Engine[C]) DeliverMessage(convID string, seq int64, frame []byte, received time.Time) bool {
+func (e *Hub[C]) DeliverMessage(convID string, seq int64, frame []byte, received time.Time) bool {
 	c := e.locked(convID)
 	if c == nil {
 		return false
@@ -345,7 +345,7 @@ func (e *Engine[C]) DeliverMessage(convID string, seq int64, frame []byte, recei
 
 // Delivered returns the highest seq of a conversation delivered here, and false when nobody here
 // is a member.
-func (e *Engine[C]) Delivered(convID string) (int64, bool) {
+func (e *Hub[C]) Delivered(convID string) (int64, bool) {
 	c := e.locked(convID)
 	if c == nil {
 		return 0, false
@@ -355,7 +355,7 @@ func (e *Engine[C]) Delivered(convID string) (int64, bool) {
 }
 
 // Conversations returns the conversations with a member here, with the highest seq delivered.
-func (e *Engine[C]) Conversations() map[string]int64 {
+func (e *Hub[C]) Conversations() map[string]int64 {
 	out := make(map[string]int64)
 	for i := range e.convs {
 		s := &e.convs[i]
@@ -372,7 +372,7 @@ func (e *Engine[C]) Conversations() map[string]int64 {
 
 // PushToConversation gives a frame that must be seen (a deletion notice, say) to every connection
 // of the conversation's local members except those of skipUser (empty: nobody is skipped).
-func (e *Engine[C]) PushToConversation(convID, skipUser string, frame []byte) {
+func (e *Hub[C]) PushToConversation(convID, skipUser string, frame []byte) {
 	c := e.locked(convID)
 	if c == nil {
 		return
@@ -388,7 +388,7 @@ func (e *Engine[C]) PushToConversation(convID, skipUser string, frame []byte) {
 // PushToFocused gives a frame that must be seen to the connections of the conversation's local
 // members that have it in focus (see Focus), and to no other: pushes for what is on screen only,
 // such as a large group's reactions.
-func (e *Engine[C]) PushToFocused(convID string, frame []byte) {
+func (e *Hub[C]) PushToFocused(convID string, frame []byte) {
 	c := e.locked(convID)
 	if c == nil {
 		return
@@ -406,7 +406,7 @@ func (e *Engine[C]) PushToFocused(convID string, frame []byte) {
 
 // Focus records the conversation a connection shows now ("" for none), for PushToFocused. It
 // reports false when the connection is not registered.
-func (e *Engine[C]) Focus(c C, convID string) bool {
+func (e *Hub[C]) Focus(c C, convID string) bool {
 	cs := e.state(c)
 	if cs == nil {
 		return false
@@ -420,7 +420,7 @@ func (e *Engine[C]) Focus(c C, convID string) bool {
 // EphemeralToConversation gives an ephemeral frame to the conversation's local connections except
 // skipUser's. With a position > 0, the frame is dropped unless position is above the last one
 // carried under the same key, so such pushes (receipts) only move forward.
-func (e *Engine[C]) EphemeralToConversation(convID, skipUser, key string, position int64, frame []byte) {
+func (e *Hub[C]) EphemeralToConversation(convID, skipUser, key string, position int64, frame []byte) {
 	c := e.locked(convID)
 	if c == nil {
 		return
@@ -443,21 +443,21 @@ func (e *Engine[C]) EphemeralToConversation(convID, skipUser, key string, positi
 }
 
 // PushToUser gives a frame that must be seen to every connection of a user here.
-func (e *Engine[C]) PushToUser(userID string, frame []byte) {
+func (e *Hub[C]) PushToUser(userID string, frame []byte) {
 	for _, c := range e.Conns(userID) {
 		c.Push(frame)
 	}
 }
 
 // EphemeralToUser gives an ephemeral frame to every connection of a user here.
-func (e *Engine[C]) EphemeralToUser(userID, key string, frame []byte) {
+func (e *Hub[C]) EphemeralToUser(userID, key string, frame []byte) {
 	for _, c := range e.Conns(userID) {
 		c.PushEphemeral(key, frame)
 	}
 }
 
 // Conns returns a user's connections here.
-func (e *Engine[C]) Conns(userID string) []C {
+func (e *Hub[C]) Conns(userID string) []C {
 	us := e.userShard(userID)
 	us.mu.RLock()
 	defer us.mu.RUnlock()
@@ -473,7 +473,7 @@ func (e *Engine[C]) Conns(userID string) []C {
 }
 
 // Users returns the users with a connection here.
-func (e *Engine[C]) Users() []string {
+func (e *Hub[C]) Users() []string {
 	var out []string
 	for i := range e.users {
 		s := &e.users[i]
@@ -487,14 +487,14 @@ func (e *Engine[C]) Users() []string {
 }
 
 // Connections counts the connections registered here.
-func (e *Engine[C]) Connections() int { return int(e.conns.Load()) }
+func (e *Hub[C]) Connections() int { return int(e.conns.Load()) }
 
 // Sync runs replay for a connection with its message pushes held: replay gives it stored
 // messages through push (skipping seqs it has already been given), and then the pushes that
 // arrived meanwhile are released, in order and without repeats. So a (re)connected client
 // receives each conversation in seq order and each seq once. Syncs of one connection run one at a
 // time.
-func (e *Engine[C]) Sync(ctx context.Context, c C, replay func(push ReplayFunc) error) error {
+func (e *Hub[C]) Sync(ctx context.Context, c C, replay func(push ReplayFunc) error) error {
 	cs := e.state(c)
 	if cs == nil {
 		return replay(func(string, int64, []byte) error { return nil })
@@ -514,8 +514,8 @@ func (e *Engine[C]) Sync(ctx context.Context, c C, replay func(push ReplayFunc) 
 // ReplayFunc gives one stored message push to the syncing connection.
 type ReplayFunc func(convID string, seq int64, frame []byte) error
 
-// state finds the engine's state of a connection.
-func (e *Engine[C]) state(c C) *connState[C] {
+// state finds the hub's state of a connection.
+func (e *Hub[C]) state(c C) *connState[C] {
 	us := e.userShard(c.UserID())
 	us.mu.RLock()
 	defer us.mu.RUnlock()

@@ -1,4 +1,4 @@
-package fanout_test
+package hub_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/chatd/chatd/fanout"
+	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/testenv/promtest"
 )
 
@@ -28,7 +28,7 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) promtest.Sample
 // until it is released.
 func TestMetricsCountDeliveries(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	e, _ := newEngine(t, fanout.Config{Metrics: fanout.NewMetrics(reg)})
+	e, _ := newHub(t, hub.Config{Metrics: hub.NewMetrics(reg)})
 	a1, a2, b := newConn("a"), newConn("a"), newConn("b")
 	live(t, e, a1, map[string]int64{"x": 0})
 	live(t, e, a2, nil)
@@ -77,7 +77,7 @@ func TestMetricsCountDeliveries(t *testing.T) {
 	if n := metric(t, reg, "chatd_deliver_seconds").Count; n != 1 {
 		t.Errorf("with the only connection holding: chatd_deliver_seconds has %v observations, want 1", n)
 	}
-	if err := e.Sync(context.Background(), held, func(fanout.ReplayFunc) error { return nil }); err != nil {
+	if err := e.Sync(context.Background(), held, func(hub.ReplayFunc) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if got := metric(t, reg, "chatd_deliveries_total").Value; got != 7 {
@@ -88,7 +88,7 @@ func TestMetricsCountDeliveries(t *testing.T) {
 	replayed := newConn("d")
 	add(e, replayed, map[string]int64{"z": 0})
 	defer e.Remove(replayed)
-	if err := e.Sync(context.Background(), replayed, func(push fanout.ReplayFunc) error {
+	if err := e.Sync(context.Background(), replayed, func(push hub.ReplayFunc) error {
 		return push("z", 1, msg("z", 1))
 	}); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package fanout
+package hub
 
 import (
 	"time"
@@ -11,14 +11,14 @@ import (
 // (well under a millisecond) to a dispatcher backed up behind a 5,000-member group (seconds).
 var deliverBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 
-// Metrics are the fan-out engine's instruments. A nil *Metrics records nothing, so tests and tools
+// Metrics are the hub's instruments. A nil *Metrics records nothing, so tests and tools
 // need not build one.
 type Metrics struct {
 	deliveries prometheus.Counter
 	deliver    prometheus.Histogram
 }
 
-// NewMetrics registers the engine's instruments with reg.
+// NewMetrics registers the hub's instruments with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	return &Metrics{
