@@ -255,7 +255,7 @@ func TestTooManyConnections(t *testing.T) {
 	if _, err := ts.svc.Open(ts.ctx, extra); !errors.Is(err, ErrTooManyConnections) {
 		t.Fatalf("fourth connection: got %v, want ErrTooManyConnections", err)
 	}
-	if got := ts.svc.Connections(); got != 3 {
+	if got := ts.hub.Connections(); got != 3 {
 		t.Fatalf("a refused connection was registered: %d connections, want 3", got)
 	}
 	ts.connect("bob") // bob's first is not refused for alice's

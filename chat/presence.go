@@ -195,12 +195,6 @@ func (s *Service) recordPresences(ctx context.Context) {
 	}
 }
 
-// awaitPresence returns once the presence records queued before it are written (and their
-// events published), so a caller that needs them done (a test's next step) can wait for them.
-func (s *Service) awaitPresence() {
-	<-s.presence.awaitIdle()
-}
-
 // Stop ends the presence writer: it stops queueing records and writes those waiting until ctx
 // ends (a dead node's records are left out through its lease anyway). Call it after the node's
 // last connection has closed. A second call waits as the first did.

@@ -138,3 +138,9 @@ func TestReconnectDuringDisconnectStaysOnline(t *testing.T) {
 	}
 	ts.svc.Close(c2)
 }
+
+// awaitPresence returns once the presence records queued before it are written (and their
+// events published), so a test's next step sees them done.
+func (s *Service) awaitPresence() {
+	<-s.presence.awaitIdle()
+}

@@ -352,8 +352,8 @@ func TestOpenAndClose(t *testing.T) {
 	if cur, ok := ts.reads.pendingOf("alice", third); !ok || cur.ReadSeq != 1 {
 		t.Errorf("alice's pending cursor after carol's closes: %+v, %v", cur, ok)
 	}
-	if ts.svc.Connections() != 1 {
-		t.Errorf("%d connections registered, want alice's 1", ts.svc.Connections())
+	if ts.hub.Connections() != 1 {
+		t.Errorf("%d connections registered, want alice's 1", ts.hub.Connections())
 	}
 }
 

@@ -428,9 +428,6 @@ func (u *onlineUser) conversations() []string {
 	return ids
 }
 
-// Connections counts the connections registered here.
-func (s *Service) Connections() int { return s.hub.Connections() }
-
 // now is the clock for stored timestamps.
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 

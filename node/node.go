@@ -91,8 +91,8 @@ func (c Config) Validate() error {
 		return errors.New("node: a MongoDB URI is required")
 	case c.NATSURL == "":
 		return errors.New("node: a NATS URL is required")
-	case len(c.JWTSecret) < 32:
-		return errors.New("node: the JWT secret must be at least 32 bytes")
+	case len(c.JWTSecret) < auth.MinSecretBytes:
+		return fmt.Errorf("node: the JWT secret must be at least %d bytes", auth.MinSecretBytes)
 	case len(c.AdminSecret) > 0 && len(c.AdminSecret) < auth.MinSecretBytes:
 		return fmt.Errorf("node: the admin secret must be at least %d bytes", auth.MinSecretBytes)
 	}

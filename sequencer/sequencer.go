@@ -294,16 +294,6 @@ func (s *Sequencer) Own(p int, fenced func() bool) error {
 	return nil
 }
 
-// OwnAll makes this node the owner of every partition, as a single node is.
-func (s *Sequencer) OwnAll() error {
-	for p := range s.cfg.Partitions {
-		if err := s.Own(p, nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Release stops owning partition p after the sends already taken are persisted and answered.
 func (s *Sequencer) Release(p int) {
 	s.mu.Lock()

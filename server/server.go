@@ -274,7 +274,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.OpTimeout)
 	defer cancel()
 	fresh := storage.User{ID: id, Name: name, CreatedAt: time.Now().UTC()}
 	user, err := s.users.EnsureUser(ctx, fresh)
@@ -309,7 +309,7 @@ type badgeResponse struct {
 
 // badge returns the caller's total unread, for push services acting for offline users.
 func (s *Server) badge(w http.ResponseWriter, r *http.Request, userID string) {
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.OpTimeout)
 	defer cancel()
 	total, err := s.chat.Badge(ctx, userID)
 	if err != nil {
@@ -334,7 +334,7 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, userID string) {
 		writeError(w, http.StatusBadRequest, "body must be JSON: {\"conversationId\": \"...\", \"seq\": 1}")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.OpTimeout)
 	defer cancel()
 	err := s.chat.Read(ctx, userID, req.ConversationID, req.Seq)
 	switch {

@@ -24,3 +24,10 @@ func PoolState(w *Writers) (workers, queued int) {
 	defer w.mu.Unlock()
 	return len(w.workers), w.queue.len()
 }
+
+// EphemeralDropped reports how many ephemeral frames s coalesced into a newer one or dropped.
+func (s *Session) EphemeralDropped() int64 {
+	s.out.mu.Lock()
+	defer s.out.mu.Unlock()
+	return s.out.dropped
+}

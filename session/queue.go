@@ -229,13 +229,6 @@ func (s *Session) PushEphemeral(key string, frame []byte) {
 	s.startWriter()
 }
 
-// EphemeralDropped reports how many ephemeral frames were coalesced into a newer one or dropped.
-func (s *Session) EphemeralDropped() int64 {
-	s.out.mu.Lock()
-	defer s.out.mu.Unlock()
-	return s.out.dropped
-}
-
 // startWriter starts the writer for what was just queued, unless one runs or the session is not
 // open yet: on a goroutine of its own if Writers lets one more run so, else on Writers' pool. A
 // writer waiting for the pool starts on its own goroutine as soon as Writers lets it, so that a
