@@ -465,22 +465,17 @@ func (c *cli) withSession(ctx context.Context, fn func(ctx context.Context, s *s
 	return fn(ctx, s)
 }
 
-// printMessage prints one message: a JSON line, or "#seq time sender: body", with what answers
-// ("> sender: quote" before it), "(edited)" and the reactions after it. Senders show by the names
-// learned (see learnNames).
+// printMessage prints one message: a JSON line, or "#seq time sender: body" with "(edited)" and
+// the reactions after it, and, for a reply, the quote of what it answers on the next line
+// ("  > #seq sender: quote"). The quote comes after its own message's line, never before it: above,
+// it would sit under the previous message and read as that one's. Senders show by the names learned
+// (see learnNames). History and tail both print through here.
 func (c *cli) printMessage(m protocol.Message) {
 	if c.json {
 		_ = c.printJSON(m) // stdout gone: the next write fails the same way, nothing to add
 		return
 	}
 	at := m.CreatedAt.Local().Format(time.DateTime)
-	if q := m.Quote; q != nil {
-		text := q.Body
-		if q.Deleted {
-			text = "(deleted)"
-		}
-		fmt.Fprintf(c.stdout, "  > #%d %s: %s\n", m.ReplyTo, c.names.show(q.SenderID), text)
-	}
 	switch m.Kind {
 	case protocol.KindDeleted:
 		fmt.Fprintf(c.stdout, "#%d %s %s: (deleted)\n", m.Seq, at, c.names.show(m.SenderID))
@@ -495,6 +490,13 @@ func (c *cli) printMessage(m protocol.Message) {
 			fmt.Fprintf(&extra, " [%s %d]", r.Emoji, r.Count)
 		}
 		fmt.Fprintf(c.stdout, "#%d %s %s: %s%s\n", m.Seq, at, c.names.show(m.SenderID), m.Body, extra.String())
+	}
+	if q := m.Quote; q != nil {
+		text := q.Body
+		if q.Deleted {
+			text = "(deleted)"
+		}
+		fmt.Fprintf(c.stdout, "  > #%d %s: %s\n", m.ReplyTo, c.names.show(q.SenderID), text)
 	}
 }
 

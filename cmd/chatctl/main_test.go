@@ -180,6 +180,54 @@ func TestEditReactReplyDelete(t *testing.T) {
 	})
 }
 
+// TestQuotePrintedWithItsReply: a reply's quote is printed right under the reply's own line, in
+// history and in tail (from history and live), so it is not read as belonging to the message
+// before the reply; the next message's line comes after the quote.
+func TestQuotePrintedWithItsReply(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	alice, bob := newUser(t, n.URL()), newUser(t, n.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	alice.must("login", "alice")
+	bob.must("login", "bob")
+	dm := alice.must("dm", "bob")
+	alice.must("send", dm, "hello bob")
+	alice.must("send", dm, "second")
+
+	// Bob's tail prints #1 and #2 from history, then the reply and the message after it live.
+	tail := bob.startTail(ctx, "-after", "0", "-count", "4", dm)
+	var tailed []string
+	for len(tailed) < 2 {
+		tailed = append(tailed, tail.next())
+	}
+	bob.must("send", "-reply", "1", dm, "hi")
+	alice.must("send", dm, "fourth")
+	for len(tailed) < 5 { // four messages and the reply's quote
+		tailed = append(tailed, tail.next())
+	}
+	tail.wait()
+	history := strings.Split(bob.must("history", dm), "\n")
+
+	for what, lines := range map[string][]string{"history": history, "tail": tailed} {
+		want := []struct{ prefix, suffix string }{
+			{"#1 ", " alice: hello bob"},
+			{"#2 ", " alice: second"},
+			{"#3 ", " bob: hi"},
+			{"  > #1 alice: hello bob", ""},
+			{"#4 ", " alice: fourth"},
+		}
+		ok := len(lines) == len(want)
+		for i := 0; ok && i < len(want); i++ {
+			ok = strings.HasPrefix(lines[i], want[i].prefix) && strings.HasSuffix(lines[i], want[i].suffix)
+		}
+		if !ok {
+			t.Errorf("%s printed:\n%s\nwant #1, #2, #3 (bob: hi), its quote \"  > #1 alice: hello bob\", then #4",
+				what, strings.Join(lines, "\n"))
+		}
+	}
+}
+
 // TestDisplayNames: people show by display name, with the id after it when the two differ, in
 // history, tail (messages, quotes, edits), list and reactions; JSON keeps ids only. A rename with
 // name changes what the other user's history shows, and find finds people by a word's start.
@@ -210,7 +258,7 @@ func TestDisplayNames(t *testing.T) {
 	}
 	mary.must("edit", dm, "1", "hola!")          // a change of a message printed, by a sender not printed yet
 	mary.must("send", "-reply", "2", dm, "live") // a quote, and a live message
-	wantTail := []string{"#1 edited by " + maryShown + ": hola!", "  > #2 " + joseShown + ": hi Mary", " " + maryShown + ": live"}
+	wantTail := []string{"#1 edited by " + maryShown + ": hola!", " " + maryShown + ": live", "  > #2 " + joseShown + ": hi Mary"}
 	for _, want := range wantTail {
 		if line := tail.next(); !strings.Contains(line, want) {
 			t.Fatalf("tail printed %q; want a line with %q", line, want)
