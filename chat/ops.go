@@ -76,8 +76,8 @@ func (s *Service) send(ctx context.Context, userID string, req SendRequest) (pro
 		return protocol.Message{}, fmt.Errorf("send to %s: %w", req.ConversationID, err)
 	}
 	// The owner stored the sender's read position with the message (Conversation.Senders): no
-	// cursor write. Here it moves at once, not only when the push arrives.
-	s.ownMessage(userID, m.ConversationID, m.Seq)
+	// cursor write. In memory it moves on one path, on every node alike: when the message is
+	// delivered (deliverMessage), before it reaches the sender's devices.
 	return m, nil
 }
 
