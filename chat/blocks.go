@@ -111,22 +111,13 @@ func (s *Service) forgetBlock(userID, peer string) {
 
 // forgetAllBlocks drops every block state cached here.
 func (s *Service) forgetAllBlocks() {
-	for i := range s.users {
-		sh := &s.users[i]
-		sh.mu.Lock()
-		online := make([]*onlineUser, 0, len(sh.m))
-		for _, u := range sh.m {
-			online = append(online, u)
+	for _, u := range s.hub.States() {
+		u.mu.Lock()
+		u.blockGen++
+		for _, p := range u.positions {
+			p.block = blockUnknown
 		}
-		sh.mu.Unlock()
-		for _, u := range online {
-			u.mu.Lock()
-			u.blockGen++
-			for _, p := range u.positions {
-				p.block = blockUnknown
-			}
-			u.mu.Unlock()
-		}
+		u.mu.Unlock()
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"time"
+
+	"github.com/chatd/chatd/hub"
 )
 
 // Defaults, each with its reason.
@@ -63,6 +65,8 @@ type Config struct {
 	Nodes Nodes
 	// Metrics, if set, records sends, history pages and resyncs; nil records nothing.
 	Metrics *Metrics
+	// Hub tunes the hub of the node's live connections that the service keeps (see hub.Config).
+	Hub hub.Config
 }
 
 // DefaultConfig returns the configuration with every default filled in.

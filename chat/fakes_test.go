@@ -1185,7 +1185,7 @@ type testService struct {
 	reads    *fakeReads
 	bus      *fakeBus
 	interest *fakeInterest
-	hub      *hub.Hub[Conn]
+	hub      *hub.Hub[Conn, *onlineUser]
 
 	mu    sync.Mutex
 	conns []*fakeConn
@@ -1216,15 +1216,15 @@ func newTestServiceWith(t *testing.T, cfg Config, hubCfg hub.Config) *testServic
 	bus := &fakeBus{interest: interest}
 	sender := &fakeSender{store: store, bus: bus, recent: make(map[string]storage.Message)}
 	reads := &fakeReads{store: store, pending: make(map[cursorKey]storage.Cursor)}
-	h := hub.New[Conn](hubCfg, interest)
-	svc, err := New(cfg, store, sender, reads, bus, h, zerolog.Nop())
+	cfg.Hub = hubCfg
+	svc, err := New(cfg, store, sender, reads, bus, interest, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("new service: %v", err)
 	}
 	bus.svc = svc
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	ts := &testService{t: t, ctx: ctx, svc: svc, store: store, sender: sender, reads: reads, bus: bus,
-		interest: interest, hub: h}
+		interest: interest, hub: svc.hub}
 	t.Cleanup(func() {
 		ts.mu.Lock()
 		conns := slices.Clone(ts.conns)

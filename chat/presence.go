@@ -42,12 +42,13 @@ func (u *onlineUser) hidesPresence() bool {
 	return u.hidePresence
 }
 
-// presenceJob is a presence record to write: a user's first connection here opened (online) or
-// their last one here closed.
+// presenceJob is a presence record to write: a user's first connection here opened or their last
+// one here closed. Which of the two is read from the hub when the record is written (see
+// writePresence), so a record written late never undoes a newer change: a user who left and came
+// back before their offline record was written is recorded online.
 type presenceJob struct {
-	uid    string
-	u      *onlineUser
-	online bool
+	uid string
+	u   *onlineUser // the user's state when the job was queued: whom a presence change is told to
 }
 
 // presenceQueue holds the presence records waiting to be written, at most one per user: a newer
@@ -218,8 +219,10 @@ func (s *Service) Stop(ctx context.Context) {
 // It fails, announcing nothing, when the records could not be written.
 func (s *Service) writePresence(ctx context.Context, jobs []presenceJob) error {
 	var online, offline []string
-	for _, j := range jobs {
-		if j.online {
+	here := make([]bool, len(jobs)) // online here now, whatever the job was queued for
+	for i, j := range jobs {
+		if u, ok := s.hub.User(j.uid); ok && isClosed(u.loaded) && u.loadErr == nil {
+			jobs[i].u, here[i] = u, true
 			online = append(online, j.uid)
 		} else {
 			offline = append(offline, j.uid)
@@ -230,10 +233,10 @@ func (s *Service) writePresence(ctx context.Context, jobs []presenceJob) error {
 		return err
 	}
 	var gone []presenceJob
-	for _, j := range jobs {
+	for i, j := range jobs {
 		switch {
 		case s.onlineElsewhere(nodes[j.uid]):
-		case !j.online:
+		case !here[i]:
 			gone = append(gone, j)
 		case !j.u.hidesPresence():
 			s.publishToPeers(j.u, userEvent{Type: userPresence, Peer: j.uid, Online: true})

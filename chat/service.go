@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"sync"
 	"time"
 
@@ -126,11 +125,10 @@ type Service struct {
 	seq   Sender
 	reads Reads
 	bus   Bus
-	hub   *hub.Hub[Conn]
-	log   zerolog.Logger
-
-	seed  maphash.Seed
-	users [shards]userShard
+	// hub holds the live connections and, with each user connected here, their onlineUser: the one
+	// registry of who is online on this node.
+	hub *hub.Hub[Conn, *onlineUser]
+	log zerolog.Logger
 
 	typing typingThrottle
 
@@ -162,15 +160,8 @@ type messageRange struct {
 	from, to       int64
 }
 
-// shards splits the online users so that unrelated users never contend.
-const shards = 64
-
-type userShard struct {
-	mu sync.Mutex
-	m  map[string]*onlineUser
-}
-
-// onlineUser is what the service keeps of a user with a connection here.
+// onlineUser is what the service keeps of a user with a connection here, in the hub's entry of the
+// user: it lives from their first connection here to their last.
 type onlineUser struct {
 	// loaded is closed once the user's state has been read from the store, loadErr saying how
 	// that went. The user's events are heard from before the read starts, so none published
@@ -208,15 +199,16 @@ type position struct {
 	block blockState
 }
 
-// New returns a service. Register it as the bus's handler and give it the hub it delivers
-// through.
-func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, h *hub.Hub[Conn], log zerolog.Logger) (*Service, error) {
+// New returns a service, with the hub of the node's live connections that it delivers through
+// (tuned by cfg.Hub). interest (the bus) is told when the hub needs a conversation's or a user's
+// events; register the service as the bus's handler.
+func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, interest hub.Interest, log zerolog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, store: store, seq: seq, reads: reads, bus: bus, hub: h,
-		log: log.With().Str("component", "chat").Logger(), seed: maphash.MakeSeed(),
+	s := &Service{cfg: cfg, store: store, seq: seq, reads: reads, bus: bus, hub: hub.New[Conn, *onlineUser](cfg.Hub, interest),
+		log: log.With().Str("component", "chat").Logger(),
 		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
 		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads), deleted: newDeletions()}
@@ -225,23 +217,14 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, h *hub.Hub[C
 	var presenceCtx context.Context
 	presenceCtx, s.cancelPresence = context.WithCancel(context.Background())
 	go s.recordPresences(presenceCtx)
-	for i := range s.users {
-		s.users[i].m = make(map[string]*onlineUser)
-	}
 	s.typing.seen = make(map[typingKey]time.Time)
 	return s, nil
 }
 
-func (s *Service) shard(userID string) *userShard {
-	return &s.users[maphash.String(s.seed, userID)%shards]
-}
-
 // online returns the state of a user connected here, or nil.
 func (s *Service) online(userID string) *onlineUser {
-	sh := s.shard(userID)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return sh.m[userID]
+	u, _ := s.hub.User(userID)
+	return u
 }
 
 // positionOf returns a copy of a member's position, or errNotMember.
@@ -268,30 +251,18 @@ func (s *Service) lastSeq(convID string, p position) int64 {
 // MaxConcurrentSyncReads); the connection then receives its conversations' events.
 func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 	uid := c.UserID()
-	sh := s.shard(uid)
-	sh.mu.Lock()
-	if n := len(s.hub.Conns(uid)); n >= s.cfg.MaxConnectionsPerUser {
-		sh.mu.Unlock()
+	fresh := &onlineUser{loaded: make(chan struct{}), positions: make(map[string]*position), left: make(map[string]bool)}
+	// The user's events are heard from here on.
+	u, first, ok := s.hub.Add(c, s.cfg.MaxConnectionsPerUser, fresh)
+	if !ok {
 		return 0, refuse(ErrTooManyConnections, "at most %d connections per user", s.cfg.MaxConnectionsPerUser)
 	}
-	u, ok := sh.m[uid]
-	if !ok {
-		u = &onlineUser{loaded: make(chan struct{}), positions: make(map[string]*position), left: make(map[string]bool)}
-		sh.m[uid] = u
-	}
-	s.hub.Add(c) // the user's events are heard from here on
-	sh.mu.Unlock()
-	if !ok {
+	if first {
 		u.loadErr = s.load(ctx, uid, u)
 		close(u.loaded)
-		// Queued under the shard lock, as Close queues offline, and only while u is still the
-		// user's entry: the queue then has a user's changes in the order the connections came and
-		// went, and a user who left during the load gets no online record after their offline one.
-		sh.mu.Lock()
-		if u.loadErr == nil && sh.m[uid] == u {
-			s.presence.put(presenceJob{uid: uid, u: u, online: true})
+		if u.loadErr == nil {
+			s.presence.put(presenceJob{uid: uid, u: u})
 		}
-		sh.mu.Unlock()
 	}
 	select {
 	case <-u.loaded:
@@ -350,25 +321,15 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 // moves are written, so a reconnect to another node finds them; nobody else's are.
 func (s *Service) Close(c Conn) {
 	uid := c.UserID()
-	sh := s.shard(uid)
-	sh.mu.Lock()
-	last := s.hub.Remove(c)
-	u := sh.m[uid]
-	if last {
-		delete(sh.m, uid)
-		// Under the lock, before a next connection's online can be queued (see Open); a user
-		// whose load has not finished was never queued online, and Open will not queue them now.
-		if u != nil && isClosed(u.loaded) && u.loadErr == nil {
-			s.presence.put(presenceJob{uid: uid, u: u})
-		}
-	}
-	sh.mu.Unlock()
+	u, last := s.hub.Remove(c)
 	if !last {
 		return
 	}
-	if u != nil {
-		s.forgetDeleted(u.conversations()...)
+	// A user whose load has not finished was never queued online, and Open will not queue them now.
+	if isClosed(u.loaded) && u.loadErr == nil {
+		s.presence.put(presenceJob{uid: uid, u: u})
 	}
+	s.forgetDeleted(u.conversations()...)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
 	defer cancel()
 	if err := s.reads.FlushUser(ctx, uid); err != nil {

@@ -32,8 +32,12 @@ func unread(lastSeq, readSeq int64, deleted []int64) int64 {
 // conversation once no member here needs it. Only conversations with deletions have an entry.
 type deletions struct {
 	seed   maphash.Seed
-	shards [shards]deletionShard
+	shards [deletionShards]deletionShard
 }
+
+// deletionShards splits the deletions by conversation so that unrelated conversations never
+// contend.
+const deletionShards = 64
 
 type deletionShard struct {
 	mu sync.Mutex
@@ -51,7 +55,7 @@ func newDeletions() *deletions {
 }
 
 func (d *deletions) shard(convID string) *deletionShard {
-	return &d.shards[maphash.String(d.seed, convID)%shards]
+	return &d.shards[maphash.String(d.seed, convID)%deletionShards]
 }
 
 // of returns the seqs of convID deleted for everyone known here, sorted; nil when none. The

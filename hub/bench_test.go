@@ -28,9 +28,9 @@ var benchFrame = []byte(`{"type":"message","conversationId":"0b6f3c2e-9d11-4f43-
 
 // newBenchHub registers users connections (one per user), each in the conversations
 // convsOf(i) names, synced so nothing is held. The engine records metrics, as a node's does.
-func newBenchHub(b *testing.B, users int, convsOf func(i int) []string) (*hub.Hub[*countConn], []*countConn) {
+func newBenchHub(b *testing.B, users int, convsOf func(i int) []string) (*hub.Hub[*countConn, struct{}], []*countConn) {
 	b.Helper()
-	e := hub.New[*countConn](hub.Config{Metrics: hub.NewMetrics(prometheus.NewRegistry())}, &interest{})
+	e := hub.New[*countConn, struct{}](hub.Config{Metrics: hub.NewMetrics(prometheus.NewRegistry())}, &interest{})
 	conns := make([]*countConn, users)
 	for i := range conns {
 		c := &countConn{user: "user" + strconv.Itoa(i)}
@@ -38,7 +38,7 @@ func newBenchHub(b *testing.B, users int, convsOf func(i int) []string) (*hub.Hu
 		for _, id := range convsOf(i) {
 			convs[id] = 0
 		}
-		e.Add(c)
+		e.Add(c, 0, struct{}{})
 		for id := range convs {
 			e.Join(c.user, id, 0)
 		}

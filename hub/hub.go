@@ -67,27 +67,31 @@ type Config struct {
 	Metrics *Metrics
 }
 
-// Hub routes frames to this node's connections. It is safe for concurrent use; deliveries of
-// one conversation are serialized by that conversation's lock, so they reach every connection in
-// the order they were delivered.
-type Hub[C Conn] struct {
+// Hub routes frames to this node's connections, and keeps, with each user connected here, the
+// state U its consumer holds of them (the chat service's read positions and settings): one
+// registry of who is online here, under one shard set. It is safe for concurrent use; deliveries
+// of one conversation are serialized by that conversation's lock, so they reach every connection
+// in the order they were delivered.
+type Hub[C Conn, U any] struct {
 	cfg      Config
 	interest Interest
 	seed     maphash.Seed
-	users    [shards]userShard[C]
+	users    [shards]userShard[C, U]
 	convs    [shards]convShard[C]
 	conns    atomic.Int64
 }
 
-type userShard[C Conn] struct {
+type userShard[C Conn, U any] struct {
 	mu sync.RWMutex
-	m  map[string]*userEntry[C]
+	m  map[string]*userEntry[C, U]
 }
 
-// userEntry is a user with at least one connection here, and the conversations routed to them.
-type userEntry[C Conn] struct {
+// userEntry is a user with at least one connection here, the conversations routed to them, and
+// the consumer's state of them, which lives exactly as long as the entry.
+type userEntry[C Conn, U any] struct {
 	conns map[*connState[C]]struct{}
 	convs map[string]struct{}
+	state U
 }
 
 type convShard[C Conn] struct {
@@ -132,57 +136,61 @@ type heldPush struct {
 }
 
 // New returns a hub that tells interest when ids come and go.
-func New[C Conn](cfg Config, interest Interest) *Hub[C] {
+func New[C Conn, U any](cfg Config, interest Interest) *Hub[C, U] {
 	if cfg.SyncGrace <= 0 {
 		cfg.SyncGrace = DefaultSyncGrace
 	}
 	if cfg.MaxHeld <= 0 {
 		cfg.MaxHeld = DefaultMaxHeld
 	}
-	e := &Hub[C]{cfg: cfg, interest: interest, seed: maphash.MakeSeed()}
+	e := &Hub[C, U]{cfg: cfg, interest: interest, seed: maphash.MakeSeed()}
 	for i := range e.users {
-		e.users[i].m = make(map[string]*userEntry[C])
+		e.users[i].m = make(map[string]*userEntry[C, U])
 		e.convs[i].m = make(map[string]*convEntry[C])
 	}
 	return e
 }
 
-func (e *Hub[C]) userShard(id string) *userShard[C] {
+func (e *Hub[C, U]) userShard(id string) *userShard[C, U] {
 	return &e.users[maphash.String(e.seed, id)%shards]
 }
-func (e *Hub[C]) convShard(id string) *convShard[C] {
+func (e *Hub[C, U]) convShard(id string) *convShard[C] {
 	return &e.convs[maphash.String(e.seed, id)%shards]
 }
 
-// Add registers a connection. It joins the conversations its user already has routed here (see
-// Join); on the user's first connection there are none yet. The connection's message pushes are
-// held until its first Sync or for the sync grace. It returns whether this is the user's first
-// connection here.
-func (e *Hub[C]) Add(c C) (first bool) {
-	cs := &connState[C]{conn: c, sent: make(map[string]int64), holding: true, maxHeld: e.cfg.MaxHeld,
-		metrics: e.cfg.Metrics}
-	cs.grace = time.AfterFunc(e.cfg.SyncGrace, func() { cs.release() })
+// Add registers a connection, unless its user has limit connections here already (limit <= 0:
+// no limit), when ok is false and nothing changes. It joins the conversations its user already
+// has routed here (see Join); on the user's first connection there are none yet, and fresh
+// becomes the user's state. The connection's message pushes are held until its first Sync or for
+// the sync grace. It returns the user's state and whether this is their first connection here.
+func (e *Hub[C, U]) Add(c C, limit int, fresh U) (state U, first, ok bool) {
 	uid := c.UserID()
 	us := e.userShard(uid)
 	us.mu.Lock()
 	defer us.mu.Unlock()
-	u, ok := us.m[uid]
-	if !ok {
-		u = &userEntry[C]{conns: make(map[*connState[C]]struct{}), convs: make(map[string]struct{})}
+	u, known := us.m[uid]
+	if known && limit > 0 && len(u.conns) >= limit {
+		return u.state, false, false
+	}
+	if !known {
+		u = &userEntry[C, U]{conns: make(map[*connState[C]]struct{}), convs: make(map[string]struct{}), state: fresh}
 		us.m[uid] = u
 		e.interest.WatchUser(uid)
 	}
+	cs := &connState[C]{conn: c, sent: make(map[string]int64), holding: true, maxHeld: e.cfg.MaxHeld,
+		metrics: e.cfg.Metrics}
+	cs.grace = time.AfterFunc(e.cfg.SyncGrace, func() { cs.release() })
 	for id := range u.convs {
 		e.attach(id, 0, cs)
 	}
 	u.conns[cs] = struct{}{}
 	e.conns.Add(1)
-	return !ok
+	return u.state, !known, true
 }
 
 // attach adds connections to a conversation's entry, creating it (delivered = lastSeq) for the
 // first local member. The caller holds the user's shard lock.
-func (e *Hub[C]) attach(convID string, lastSeq int64, conns ...*connState[C]) {
+func (e *Hub[C, U]) attach(convID string, lastSeq int64, conns ...*connState[C]) {
 	s := e.convShard(convID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -201,7 +209,7 @@ func (e *Hub[C]) attach(convID string, lastSeq int64, conns ...*connState[C]) {
 
 // detach removes connections from a conversation's entry and drops the entry with its last
 // connection. The caller holds the user's shard lock.
-func (e *Hub[C]) detach(convID string, conns map[*connState[C]]struct{}) {
+func (e *Hub[C, U]) detach(convID string, conns map[*connState[C]]struct{}) {
 	s := e.convShard(convID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -221,15 +229,16 @@ func (e *Hub[C]) detach(convID string, conns map[*connState[C]]struct{}) {
 	}
 }
 
-// Remove unregisters a connection and reports whether it was its user's last one here.
-func (e *Hub[C]) Remove(c C) (last bool) {
+// Remove unregisters a connection. It returns its user's state and whether it was their last
+// connection here, when the state is dropped with them.
+func (e *Hub[C, U]) Remove(c C) (state U, last bool) {
 	uid := c.UserID()
 	us := e.userShard(uid)
 	us.mu.Lock()
 	defer us.mu.Unlock()
 	u, ok := us.m[uid]
 	if !ok {
-		return false
+		return state, false
 	}
 	var cs *connState[C]
 	for candidate := range u.conns {
@@ -238,7 +247,7 @@ func (e *Hub[C]) Remove(c C) (last bool) {
 		}
 	}
 	if cs == nil {
-		return false
+		return u.state, false
 	}
 	cs.grace.Stop()
 	delete(u.conns, cs)
@@ -248,16 +257,42 @@ func (e *Hub[C]) Remove(c C) (last bool) {
 		e.detach(id, one)
 	}
 	if len(u.conns) > 0 {
-		return false
+		return u.state, false
 	}
 	delete(us.m, uid)
 	e.interest.UnwatchUser(uid)
-	return true
+	return u.state, true
+}
+
+// User returns the state of a user connected here, and false for a user who is not.
+func (e *Hub[C, U]) User(userID string) (state U, ok bool) {
+	us := e.userShard(userID)
+	us.mu.RLock()
+	defer us.mu.RUnlock()
+	u, ok := us.m[userID]
+	if !ok {
+		return state, false
+	}
+	return u.state, true
+}
+
+// States returns the states of the users connected here.
+func (e *Hub[C, U]) States() []U {
+	var out []U
+	for i := range e.users {
+		s := &e.users[i]
+		s.mu.RLock()
+		for _, u := range s.m {
+			out = append(out, u.state)
+		}
+		s.mu.RUnlock()
+	}
+	return out
 }
 
 // Join routes a conversation to every connection of an online user, from the seq after lastSeq.
 // It reports false when the user has no connection here or the route exists already.
-func (e *Hub[C]) Join(userID, convID string, lastSeq int64) bool {
+func (e *Hub[C, U]) Join(userID, convID string, lastSeq int64) bool {
 	us := e.userShard(userID)
 	us.mu.Lock()
 	defer us.mu.Unlock()
@@ -279,7 +314,7 @@ func (e *Hub[C]) Join(userID, convID string, lastSeq int64) bool {
 
 // Leave stops routing a conversation to a user's connections. It reports false when there was no
 // such route.
-func (e *Hub[C]) Leave(userID, convID string) bool {
+func (e *Hub[C, U]) Leave(userID, convID string) bool {
 	us := e.userShard(userID)
 	us.mu.Lock()
 	defer us.mu.Unlock()
@@ -299,7 +334,7 @@ func (e *Hub[C]) Leave(userID, convID string) bool {
 }
 
 // locked returns the live entry of a conversation with its lock held, or nil.
-func (e *Hub[C]) locked(convID string) *convEntry[C] {
+func (e *Hub[C, U]) locked(convID string) *convEntry[C] {
 	s := e.convShard(convID)
 	s.mu.RLock()
 	c := s.m[convID]
@@ -320,7 +355,7 @@ func (e *Hub[C]) locked(convID string) *convEntry[C] {
 // is not newer than the last one delivered here. received is when the message came off the bus,
 // from which the delivery latency is measured; the zero time measures nothing (a message read
 // from the store).
-func (e *Hub[C]) DeliverMessage(convID string, seq int64, frame []byte, received time.Time) bool {
+func (e *Hub[C, U]) DeliverMessage(convID string, seq int64, frame []byte, received time.Time) bool {
 	c := e.locked(convID)
 	if c == nil {
 		return false
@@ -345,7 +380,7 @@ func (e *Hub[C]) DeliverMessage(convID string, seq int64, frame []byte, received
 
 // Delivered returns the highest seq of a conversation delivered here, and false when nobody here
 // is a member.
-func (e *Hub[C]) Delivered(convID string) (int64, bool) {
+func (e *Hub[C, U]) Delivered(convID string) (int64, bool) {
 	c := e.locked(convID)
 	if c == nil {
 		return 0, false
@@ -355,7 +390,7 @@ func (e *Hub[C]) Delivered(convID string) (int64, bool) {
 }
 
 // Conversations returns the conversations with a member here, with the highest seq delivered.
-func (e *Hub[C]) Conversations() map[string]int64 {
+func (e *Hub[C, U]) Conversations() map[string]int64 {
 	out := make(map[string]int64)
 	for i := range e.convs {
 		s := &e.convs[i]
@@ -372,7 +407,7 @@ func (e *Hub[C]) Conversations() map[string]int64 {
 
 // PushToConversation gives a frame that must be seen (a deletion notice, say) to every connection
 // of the conversation's local members except those of skipUser (empty: nobody is skipped).
-func (e *Hub[C]) PushToConversation(convID, skipUser string, frame []byte) {
+func (e *Hub[C, U]) PushToConversation(convID, skipUser string, frame []byte) {
 	c := e.locked(convID)
 	if c == nil {
 		return
@@ -388,7 +423,7 @@ func (e *Hub[C]) PushToConversation(convID, skipUser string, frame []byte) {
 // PushToFocused gives a frame that must be seen to the connections of the conversation's local
 // members that have it in focus (see Focus), and to no other: pushes for what is on screen only,
 // such as a large group's reactions.
-func (e *Hub[C]) PushToFocused(convID string, frame []byte) {
+func (e *Hub[C, U]) PushToFocused(convID string, frame []byte) {
 	c := e.locked(convID)
 	if c == nil {
 		return
@@ -406,7 +441,7 @@ func (e *Hub[C]) PushToFocused(convID string, frame []byte) {
 
 // Focus records the conversation a connection shows now ("" for none), for PushToFocused. It
 // reports false when the connection is not registered.
-func (e *Hub[C]) Focus(c C, convID string) bool {
+func (e *Hub[C, U]) Focus(c C, convID string) bool {
 	cs := e.state(c)
 	if cs == nil {
 		return false
@@ -420,7 +455,7 @@ func (e *Hub[C]) Focus(c C, convID string) bool {
 // EphemeralToConversation gives an ephemeral frame to the conversation's local connections except
 // skipUser's. With a position > 0, the frame is dropped unless position is above the last one
 // carried under the same key, so such pushes (receipts) only move forward.
-func (e *Hub[C]) EphemeralToConversation(convID, skipUser, key string, position int64, frame []byte) {
+func (e *Hub[C, U]) EphemeralToConversation(convID, skipUser, key string, position int64, frame []byte) {
 	c := e.locked(convID)
 	if c == nil {
 		return
@@ -443,21 +478,21 @@ func (e *Hub[C]) EphemeralToConversation(convID, skipUser, key string, position 
 }
 
 // PushToUser gives a frame that must be seen to every connection of a user here.
-func (e *Hub[C]) PushToUser(userID string, frame []byte) {
+func (e *Hub[C, U]) PushToUser(userID string, frame []byte) {
 	for _, c := range e.Conns(userID) {
 		c.Push(frame)
 	}
 }
 
 // EphemeralToUser gives an ephemeral frame to every connection of a user here.
-func (e *Hub[C]) EphemeralToUser(userID, key string, frame []byte) {
+func (e *Hub[C, U]) EphemeralToUser(userID, key string, frame []byte) {
 	for _, c := range e.Conns(userID) {
 		c.PushEphemeral(key, frame)
 	}
 }
 
 // Conns returns a user's connections here.
-func (e *Hub[C]) Conns(userID string) []C {
+func (e *Hub[C, U]) Conns(userID string) []C {
 	us := e.userShard(userID)
 	us.mu.RLock()
 	defer us.mu.RUnlock()
@@ -473,7 +508,7 @@ func (e *Hub[C]) Conns(userID string) []C {
 }
 
 // Users returns the users with a connection here.
-func (e *Hub[C]) Users() []string {
+func (e *Hub[C, U]) Users() []string {
 	var out []string
 	for i := range e.users {
 		s := &e.users[i]
@@ -487,14 +522,14 @@ func (e *Hub[C]) Users() []string {
 }
 
 // Connections counts the connections registered here.
-func (e *Hub[C]) Connections() int { return int(e.conns.Load()) }
+func (e *Hub[C, U]) Connections() int { return int(e.conns.Load()) }
 
 // Sync runs replay for a connection with its message pushes held: replay gives it stored
 // messages through push (skipping seqs it has already been given), and then the pushes that
 // arrived meanwhile are released, in order and without repeats. So a (re)connected client
 // receives each conversation in seq order and each seq once. Syncs of one connection run one at a
 // time.
-func (e *Hub[C]) Sync(ctx context.Context, c C, replay func(push ReplayFunc) error) error {
+func (e *Hub[C, U]) Sync(ctx context.Context, c C, replay func(push ReplayFunc) error) error {
 	cs := e.state(c)
 	if cs == nil {
 		return replay(func(string, int64, []byte) error { return nil })
@@ -515,7 +550,7 @@ func (e *Hub[C]) Sync(ctx context.Context, c C, replay func(push ReplayFunc) err
 type ReplayFunc func(convID string, seq int64, frame []byte) error
 
 // state finds the hub's state of a connection.
-func (e *Hub[C]) state(c C) *connState[C] {
+func (e *Hub[C, U]) state(c C) *connState[C] {
 	us := e.userShard(c.UserID())
 	us.mu.RLock()
 	defer us.mu.RUnlock()

@@ -110,19 +110,19 @@ func (i *interest) take() []string {
 	return out
 }
 
-func newHub(t *testing.T, cfg hub.Config) (*hub.Hub[*conn], *interest) {
+func newHub(t *testing.T, cfg hub.Config) (*hub.Hub[*conn, string], *interest) {
 	t.Helper()
 	if cfg.SyncGrace == 0 {
 		cfg.SyncGrace = time.Minute // released by Sync only, unless a test says otherwise
 	}
 	in := &interest{}
-	return hub.New[*conn](cfg, in), in
+	return hub.New[*conn, string](cfg, in), in
 }
 
 // add registers a connection and routes convs (id to last seq) to its user, as the chat service
 // does for a user's first connection.
-func add(e *hub.Hub[*conn], c *conn, convs map[string]int64) bool {
-	first := e.Add(c)
+func add(e *hub.Hub[*conn, string], c *conn, convs map[string]int64) bool {
+	_, first, _ := e.Add(c, 0, c.UserID())
 	for id, seq := range convs {
 		e.Join(c.UserID(), id, seq)
 	}
@@ -130,7 +130,7 @@ func add(e *hub.Hub[*conn], c *conn, convs map[string]int64) bool {
 }
 
 // live adds a connection and syncs it at once, so its pushes are not held.
-func live(t *testing.T, e *hub.Hub[*conn], c *conn, convs map[string]int64) bool {
+func live(t *testing.T, e *hub.Hub[*conn, string], c *conn, convs map[string]int64) bool {
 	t.Helper()
 	first := add(e, c, convs)
 	if err := e.Sync(context.Background(), c, func(hub.ReplayFunc) error { return nil }); err != nil {
@@ -165,11 +165,11 @@ func TestInterest(t *testing.T) {
 		{"b leaves z again", func() bool { return e.Leave("b", "z") }, false, nil},
 		{"a leaves z, its last member", func() bool { return e.Leave("a", "z") }, true, []string{"unwatch conversation z"}},
 		{"a leaves what a is not in", func() bool { return e.Leave("a", "w") }, false, nil},
-		{"a's first connection closes", func() bool { return e.Remove(a1) }, false, nil},
-		{"a's second connection closes", func() bool { return e.Remove(a2) }, true,
+		{"a's first connection closes", func() bool { _, last := e.Remove(a1); return last }, false, nil},
+		{"a's second connection closes", func() bool { _, last := e.Remove(a2); return last }, true,
 			[]string{"unwatch conversation y", "unwatch user a"}},
-		{"a's connection closes twice", func() bool { return e.Remove(a2) }, false, nil},
-		{"b's last connection closes", func() bool { return e.Remove(b1) }, true,
+		{"a's connection closes twice", func() bool { _, last := e.Remove(a2); return last }, false, nil},
+		{"b's last connection closes", func() bool { _, last := e.Remove(b1); return last }, true,
 			[]string{"unwatch conversation x", "unwatch user b"}},
 	}
 	for _, st := range steps {
@@ -186,6 +186,42 @@ func TestInterest(t *testing.T) {
 	if convs := e.Conversations(); len(convs) != 0 {
 		t.Errorf("conversations left: %v", convs)
 	}
+}
+
+// TestUserState: the state given with a user's first connection is the one every later connection
+// and User see, until the last connection closes and it is dropped with the user; a user at the
+// connection limit is refused and nothing changes.
+func TestUserState(t *testing.T) {
+	e, _ := newHub(t, hub.Config{})
+	a1, a2, a3 := newConn("a"), newConn("a"), newConn("a")
+	if st, first, ok := e.Add(a1, 2, "first state"); !ok || !first || st != "first state" {
+		t.Fatalf("first connection: state %q, first %v, ok %v", st, first, ok)
+	}
+	if st, first, ok := e.Add(a2, 2, "ignored"); !ok || first || st != "first state" {
+		t.Fatalf("second connection: state %q, first %v, ok %v; want the first state", st, first, ok)
+	}
+	if _, _, ok := e.Add(a3, 2, "ignored"); ok {
+		t.Fatal("a third connection was let past a limit of 2")
+	}
+	if n := len(e.Conns("a")); n != 2 {
+		t.Fatalf("a has %d connections after the refusal; want 2", n)
+	}
+	if st, ok := e.User("a"); !ok || st != "first state" {
+		t.Fatalf("User(a) = %q, %v", st, ok)
+	}
+	if st, last := e.Remove(a1); last || st != "first state" {
+		t.Fatalf("first close: state %q, last %v", st, last)
+	}
+	if st, last := e.Remove(a2); !last || st != "first state" {
+		t.Fatalf("last close: state %q, last %v; want the state, last", st, last)
+	}
+	if _, ok := e.User("a"); ok {
+		t.Fatal("a's state outlived a's last connection")
+	}
+	if st, first, _ := e.Add(a3, 2, "new state"); !first || st != "new state" {
+		t.Fatalf("a comes back: state %q, first %v; want a new state", st, first)
+	}
+	e.Remove(a3)
 }
 
 // TestDeliverMessage: each connection gets each seq once and in order; a seq not above the one
@@ -606,14 +642,14 @@ func (c *orderConn) PushEphemeral(string, []byte)           {}
 // order they joined it, also after others left in between and more joined, because that walk is
 // cheaper for the CPU than a random one (see connSet).
 func TestDeliveryWalksConnectionsInJoinOrder(t *testing.T) {
-	e := hub.New[*orderConn](hub.Config{SyncGrace: time.Minute}, &interest{})
+	e := hub.New[*orderConn, struct{}](hub.Config{SyncGrace: time.Minute}, &interest{})
 	var log []string
 	conns := map[string]*orderConn{}
 	var joined []string // the users in the conversation, in join order
 	join := func(user string) {
 		c := &orderConn{user: user, log: &log}
 		conns[user] = c
-		e.Add(c)
+		e.Add(c, 0, struct{}{})
 		e.Join(user, "g", 0)
 		if err := e.Sync(context.Background(), c, func(hub.ReplayFunc) error { return nil }); err != nil {
 			t.Fatal(err)

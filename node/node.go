@@ -233,8 +233,8 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	n.reads = readstate.New(n.store, readstate.Config{Window: cfg.ReadWindow, Metrics: readstate.NewMetrics(n.metrics)}, log)
 	n.bus = bus.New(bus.Config{SubjectPrefix: cmp.Or(cfg.Sequencer.SubjectPrefix, sequencer.DefaultSubjectPrefix),
 		Metrics: bus.NewMetrics(n.metrics)}, n.nc, log)
-	conns := hub.New[chat.Conn](hub.Config{Metrics: hub.NewMetrics(n.metrics)}, n.bus)
-	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, conns, log)
+	cfg.Chat.Hub.Metrics = hub.NewMetrics(n.metrics)
+	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, n.bus, log)
 	if err != nil {
 		return nil, err
 	}
