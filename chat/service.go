@@ -208,7 +208,7 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, interest hub
 	}
 	cfg = cfg.withDefaults()
 	s := &Service{cfg: cfg, store: store, seq: seq, reads: reads, bus: bus, hub: hub.New[Conn, *onlineUser](cfg.Hub, interest),
-		log: log.With().Str("component", "chat").Logger(),
+		log:        log.With().Str("component", "chat").Logger(),
 		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
 		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads), deleted: newDeletions()}
