@@ -120,4 +120,12 @@ func TestFindPeopleForGroups(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#dm-form button[type=submit]")))
 	mary.waitFor("a refusal that names José and says nothing of a block", fmt.Sprintf(`(t => t === 'You cannot message José.' && !t.includes(%q) && !/block/i.test(t))(document.getElementById('sidebar-error').textContent)`, joseID))
 	mary.screenshot("29-blocked-open-dm")
+
+	// A group with José: refused in the server's words, with his name in place of his id.
+	mary.do("open the new-group form", chromedp.Click(chromedp.CSS("#group-details summary")),
+		chromedp.SendKeys(chromedp.ID("group-name"), "Just us"), chromedp.SendKeys(chromedp.ID("group-members"), "jos"))
+	mary.waitFor("José found for the group", fmt.Sprintf(`%s === %q`, foundIn("group-results"), "José "+joseID))
+	mary.do("pick José and create", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#group-results li[data-user=%q]`, joseID))),
+		chromedp.Click(chromedp.CSS("#group-form button[type=submit]")))
+	mary.waitFor("the refusal, naming José", fmt.Sprintf(`(t => t === 'no such user: José' && !t.includes(%q))(document.getElementById('sidebar-error').textContent)`, joseID))
 }

@@ -112,9 +112,7 @@ export async function createGroup(ev) {
     ui.groupDetails.open = false;
     openConversation(r.conversation.id, { focus: true });
   } catch (err) {
-    // not_found is also what a user someone blocks hears about them (PROTOCOL.md, block_user):
-    // the page says no more than the server does.
-    ui.sidebarError.textContent = err.code === 'not_found' ? `You cannot message ${nameOf(peer)}.` : errorText(err);
+    ui.sidebarError.textContent = errorText(err);
   }
 }
 
