@@ -37,9 +37,10 @@ const (
 	DefaultMaxConcurrentSyncReads = 16
 	// presenceBatch bounds the presence changes written in one batch (see recordPresences): a
 	// batch costs the store three round trips whatever its size, so a reconnect storm of 5,000
-	// users is recorded in 79 batches instead of 10,000 round trips. Not more, because the
-	// batch shares one OpTimeout and the embedded store commits each upsert on its own: 256
-	// took 4.5-5.1 s there, a machine's hiccup away from the timeout; 64 take about a second.
+	// users is recorded in about 80 batches instead of 10,000 round trips. Not more, because the
+	// batch shares one OpTimeout and the embedded store commits each upsert on its own: a batch
+	// of 256 came within a machine's hiccup of the timeout there (docs/BENCHMARKS.md, "Presence
+	// records during 5,000 connects").
 	presenceBatch = 64
 	// presenceRetryPause is how long the presence writer waits after the store failed a batch
 	// before it writes the batch again, so a store that refuses at once is not asked in a loop.

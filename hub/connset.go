@@ -4,10 +4,9 @@ import "iter"
 
 // connSet is a conversation's local connections in the order they joined it. A delivery walks
 // them in that order, which is the order their sockets and sessions were made in, so the
-// walk goes through memory (the node's and the kernel's) mostly in address order: in the
-// 5,000-receiver fan-out benchmark, a bare write loop used about 14% more CPU per delivery
-// walking the same sockets in a shuffled order (docs/BENCHMARKS.md), which is what walking a
-// map gave. A removal leaves a hole, so the order of the rest holds; the holes are squeezed
+// walk goes through memory (the node's and the kernel's) mostly in address order; walking the
+// same sockets in a shuffled order, as walking a map does, costs measurably more CPU per delivery
+// (docs/BENCHMARKS.md, "Fan-out of one message to 5,000 sockets"). A removal leaves a hole, so the order of the rest holds; the holes are squeezed
 // out once they are half the list, which keeps add and remove O(1) amortized.
 type connSet[C Conn] struct {
 	list  []*connState[C] // in join order, nil where one has left

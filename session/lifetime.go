@@ -10,7 +10,8 @@ import (
 // lifetime is a session's context: done when the session closes, with no deadline and no
 // values. It is a type of its own rather than a context.WithCancel because a cancelCtx allocates
 // a map of its children when the first one is derived (the first frame's handler timeout) and
-// keeps it, emptied, for as long as it lives: about 0.4 KiB on every idle socket. Children derived
+// keeps it, emptied, for as long as it lives, on every idle socket (docs/BENCHMARKS.md, "Memory
+// per idle connection"). Children derived
 // from a lifetime register through AfterFunc (the context package looks for that method), and
 // the registry lets go of its map whenever it empties.
 type lifetime struct {

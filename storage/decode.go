@@ -10,10 +10,10 @@ import (
 
 // The driver's Cursor.All, Cursor.Decode and SingleResult.Decode wrap every document they decode
 // in a fresh 4 KiB bufio.Reader (mongo-driver v2.10, getDecoder); bson.Unmarshal decodes the same
-// bytes through a pooled reader. A connecting user's reads decoded a dozen documents, so each
-// connect left about 14 KiB of 4 KiB garbage: the size class of every open socket's read and
-// write buffers, whose spans the garbage then kept half empty (docs/BENCHMARKS.md, "Memory per
-// idle connection"). The store uses no custom registry or BSON options, so both decode alike.
+// bytes through a pooled reader. A connecting user's reads decode a dozen documents, so each
+// connect left garbage of 4 KiB buffers: the size class of every open socket's read and write
+// buffers, whose spans the garbage then kept half empty (docs/BENCHMARKS.md, "Memory per idle
+// connection"). The store uses no custom registry or BSON options, so both decode alike.
 
 // readAll decodes every document of cur into *out, replacing what it held, and closes cur, as
 // cur.All does.
