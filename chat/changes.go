@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
@@ -18,14 +19,14 @@ import (
 // EditMessage replaces the text of one of userID's own messages. The message keeps its seq;
 // every member's devices get an edited frame, and pages show the new text with its edit time.
 func (s *Service) EditMessage(ctx context.Context, userID, convID string, seq int64, body string) error {
-	return s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: sequencer.OpEdit, Seq: seq, Body: body})
+	return s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: message.OpEdit, Seq: seq, Body: body})
 }
 
 // DeleteMessage tombstones one of userID's own messages for everyone; its seq stays. The owner
 // records the seq on the conversation, so unread counts leave it out, and every node that hears
 // the change tells its members' devices with a deleted frame (this node's counts learn it at once).
 func (s *Service) DeleteMessage(ctx context.Context, userID, convID string, seq int64) error {
-	if err := s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: sequencer.OpDelete, Seq: seq}); err != nil {
+	if err := s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: message.OpDelete, Seq: seq}); err != nil {
 		return err
 	}
 	s.learnDeleted(convID, []int64{seq})
@@ -35,9 +36,9 @@ func (s *Service) DeleteMessage(ctx context.Context, userID, convID string, seq 
 // React adds userID's emoji to a message, or takes it away. Adding one already there, or taking
 // away one that is not, changes nothing and succeeds.
 func (s *Service) React(ctx context.Context, userID, convID string, seq int64, emoji string, remove bool) error {
-	op := sequencer.OpReact
+	op := message.OpReact
 	if remove {
-		op = sequencer.OpUnreact
+		op = message.OpUnreact
 	}
 	return s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: op, Seq: seq, Emoji: emoji})
 }
@@ -69,8 +70,8 @@ func (s *Service) change(ctx context.Context, userID string, req sequencer.SendR
 // ownerRefusal is the refusal of a change or a reply by the conversation's owner as the service
 // reports it, with the owner's reason; nil when err is not one.
 func ownerRefusal(err error) error {
-	for _, kinds := range [][2]error{{sequencer.ErrNotFound, ErrNotFound}, {sequencer.ErrForbidden, ErrForbidden},
-		{sequencer.ErrLimit, ErrLimit}} {
+	for _, kinds := range [][2]error{{sequencer.ErrNotFound, ErrNotFound}, {message.ErrForbidden, ErrForbidden},
+		{message.ErrLimit, ErrLimit}} {
 		if errors.Is(err, kinds[0]) {
 			return refuse(kinds[1], "%s", err.Error())
 		}
@@ -91,12 +92,7 @@ func (s *Service) Reactions(ctx context.Context, userID, convID string, seq int6
 	if len(msgs) == 0 {
 		return nil, refuse(ErrNotFound, "no message %d in this conversation", seq)
 	}
-	out := []protocol.Reaction{}
-	for _, r := range msgs[0].Reactions {
-		out = append(out, protocol.Reaction{Emoji: r.Emoji, Count: int64(len(r.Users)),
-			Me: slices.Contains(r.Users, userID), UserIDs: r.Users})
-	}
-	return out, nil
+	return message.Reactors(msgs[0], userID), nil
 }
 
 // Focus records which of its user's conversations a connection shows ("" for none): a large
@@ -125,13 +121,13 @@ func (s *Service) HandleChange(convID string, data []byte) {
 	}
 	f := protocol.ServerFrame{ConversationID: convID, Seq: ch.Seq, Version: ch.Version, UserID: ch.UserID}
 	switch ch.Op {
-	case sequencer.OpEdit:
+	case message.OpEdit:
 		f.Type, f.Body, f.EditedAt = protocol.TypeEdited, ch.Body, ch.EditedAt
-	case sequencer.OpDelete:
+	case message.OpDelete:
 		f.Type = protocol.TypeDeleted
 		s.learnDeleted(convID, []int64{ch.Seq})
-	case sequencer.OpReact, sequencer.OpUnreact:
-		f.Type, f.Emoji, f.Remove, f.Count = protocol.TypeReaction, ch.Emoji, ch.Op == sequencer.OpUnreact, &ch.Count
+	case message.OpReact, message.OpUnreact:
+		f.Type, f.Emoji, f.Remove, f.Count = protocol.TypeReaction, ch.Emoji, ch.Op == message.OpUnreact, &ch.Count
 	default:
 		s.log.Error().Str("conversation", convID).Str("op", ch.Op).Msg("unknown change event")
 		return
@@ -199,7 +195,7 @@ func (s *Service) changedMessages(ctx context.Context, convID string, version, m
 // viewOf is a stored message as viewer sees it in a page, a sync replay or a catch-up: their own
 // reactions marked, and a quote of a message deleted since it was quoted shown as deleted.
 func (s *Service) viewOf(m storage.Message, viewer string) protocol.Message {
-	w := sequencer.WireMessageFor(m, viewer)
+	w := message.View(m, viewer)
 	if q := w.Quote; q != nil && !q.Deleted {
 		if _, deleted := slices.BinarySearch(s.deleted.of(m.ConversationID), m.ReplyTo); deleted {
 			w.Quote = &protocol.Quote{SenderID: q.SenderID, Deleted: true}

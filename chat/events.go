@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
-	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
 )
 
@@ -320,7 +320,7 @@ func (s *Service) Resync(ctx context.Context) {
 			continue
 		}
 		for _, m := range msgs {
-			data, err := json.Marshal(sequencer.WireMessage(m))
+			data, err := json.Marshal(message.View(m, ""))
 			if err != nil {
 				s.log.Error().Err(err).Msg("encode resynced message")
 				continue

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
@@ -427,10 +428,10 @@ func (f *fakeStore) DeleteMessage(_ context.Context, conversationID string, seq 
 		return storage.ErrNotFound
 	}
 	m := &msgs[seq-1]
-	if m.SenderID != senderID || m.Kind == storage.KindDeleted {
+	if m.SenderID != senderID || m.Kind == protocol.KindDeleted {
 		return storage.ErrNotFound
 	}
-	m.Kind, m.Body, m.ReplyTo = storage.KindDeleted, "", 0
+	m.Kind, m.Body, m.ReplyTo = protocol.KindDeleted, "", 0
 	f.recordDeletedLocked(conversationID, seq)
 	return nil
 }
@@ -474,10 +475,10 @@ func (f *fakeStore) DeleteAccount(_ context.Context, userID string) (storage.Del
 		var seqs []int64
 		for i := range f.msgs[id] {
 			if m := &f.msgs[id][i]; m.SenderID == userID {
-				if m.Kind != storage.KindDeleted {
+				if m.Kind != protocol.KindDeleted {
 					seqs = append(seqs, m.Seq)
 				}
-				m.Kind, m.Body, m.ReplyTo, m.SenderID = storage.KindDeleted, "", 0, ""
+				m.Kind, m.Body, m.ReplyTo, m.SenderID = protocol.KindDeleted, "", 0, ""
 			}
 		}
 		f.recordDeletedLocked(id, seqs...)
@@ -584,7 +585,7 @@ func (f *fakeStore) appendMessage(req sequencer.SendRequest) (storage.Message, e
 	}
 	c := f.convs[req.ConversationID]
 	c.LastSeq++
-	if req.Kind != storage.KindSystem { // the owner stores the sender's position with the batch
+	if req.Kind != protocol.KindSystem { // the owner stores the sender's position with the batch
 		if c.Senders == nil {
 			c.Senders = make(map[string]int64)
 		}
@@ -595,7 +596,7 @@ func (f *fakeStore) appendMessage(req sequencer.SendRequest) (storage.Message, e
 		Body: req.Body, CreatedAt: time.Now().UTC().Truncate(time.Millisecond), ClientMsgID: req.ClientMsgID,
 		ReplyTo: req.ReplyTo}
 	if r := req.ReplyTo; r > 0 && r < c.LastSeq {
-		m.Quote = sequencer.QuoteOf(f.msgs[c.ID][r-1])
+		m.Quote = message.QuoteOf(f.msgs[c.ID][r-1])
 	}
 	f.msgs[c.ID] = append(f.msgs[c.ID], m)
 	return m, nil
@@ -615,13 +616,13 @@ func (f *fakeStore) changeMessage(req sequencer.SendRequest) (storage.Message, *
 		return storage.Message{}, nil, fmt.Errorf("no message %d: %w", req.Seq, sequencer.ErrNotFound)
 	}
 	m := &msgs[req.Seq-1]
-	changed, err := sequencer.ApplyChange(m, req, c.LastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
+	changed, err := message.Apply(m, req.MessageChange(), c.LastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
 	if err != nil || !changed {
 		return *m, nil, err
 	}
 	c.LastVersion++
 	f.convs[req.ConversationID] = c
-	if m.Kind == storage.KindDeleted {
+	if m.Kind == protocol.KindDeleted {
 		f.recordDeletedLocked(req.ConversationID, req.Seq)
 	}
 	ch := sequencer.ChangeOf(*m, req, len(c.Members))
@@ -645,7 +646,7 @@ func (f *fakeStore) ChangedMessages(_ context.Context, conversationID string, af
 // messages come from the server for a sender who may have just left.
 func (f *fakeStore) checkSenderLocked(req sequencer.SendRequest) error {
 	c, ok := f.convs[req.ConversationID]
-	if !ok || (req.Kind != storage.KindSystem && !c.IsMember(req.SenderID)) {
+	if !ok || (req.Kind != protocol.KindSystem && !c.IsMember(req.SenderID)) {
 		return sequencer.ErrNotMember
 	}
 	return nil
@@ -742,7 +743,7 @@ func (f *fakeSender) Send(_ context.Context, req sequencer.SendRequest) (protoco
 		}
 		f.recent[key] = m
 	}
-	wire := sequencer.WireMessage(m)
+	wire := message.View(m, "")
 	data, err := json.Marshal(wire)
 	if err != nil {
 		return protocol.Message{}, err
@@ -765,7 +766,7 @@ func (f *fakeSender) change(req sequencer.SendRequest) (protocol.Message, error)
 		}
 		f.bus.publishChange(req.ConversationID, data)
 	}
-	return sequencer.WireMessage(m), nil
+	return message.View(m, ""), nil
 }
 
 func (f *fakeSender) Reload(ctx context.Context, conversationID string) error {

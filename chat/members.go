@@ -36,7 +36,7 @@ func (s *Service) group(ctx context.Context, userID, convID string) (storage.Con
 // the members first, so the change binds the very next send.
 func (s *Service) announce(ctx context.Context, convID, actor, body string) (protocol.Message, error) {
 	m, err := s.seq.Send(ctx, sequencer.SendRequest{ConversationID: convID, SenderID: actor, ClientMsgID: uuid.NewString(),
-		Kind: storage.KindSystem, Body: body, Reload: true})
+		Kind: protocol.KindSystem, Body: body, Reload: true})
 	if err != nil {
 		return protocol.Message{}, fmt.Errorf("announce in %s: %w", convID, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/chatd/chatd/protocol"
-	"github.com/chatd/chatd/storage"
 )
 
 // TestJoinArrivesOnce: a new conversation reaches each online member's devices as one
@@ -78,7 +77,7 @@ func TestAddMembers(t *testing.T) {
 		t.Errorf("dave got %d conversation pushes, want 1", len(got))
 	}
 	msgs := ts.store.messages(group)
-	if last := msgs[len(msgs)-1]; last.Kind != storage.KindSystem || last.Body != "alice added dave" {
+	if last := msgs[len(msgs)-1]; last.Kind != protocol.KindSystem || last.Body != "alice added dave" {
 		t.Errorf("last message %+v, want the system message \"alice added dave\"", last)
 	}
 	if got := ts.sender.reloaded(); !slices.Contains(got, group) {
@@ -133,7 +132,7 @@ func TestRemoveMember(t *testing.T) {
 			t.Errorf("%s got a removed push for bob's removal", c.user)
 		}
 	}
-	if msgs := ts.store.messages(group); msgs[1].Kind != storage.KindSystem || msgs[1].Body != "alice removed bob" {
+	if msgs := ts.store.messages(group); msgs[1].Kind != protocol.KindSystem || msgs[1].Body != "alice removed bob" {
 		t.Errorf("seq 2 is %+v, want the system message \"alice removed bob\"", msgs[1])
 	}
 
@@ -180,10 +179,10 @@ func TestDeleteAccount(t *testing.T) {
 		t.Errorf("the DM's owner was not made to forget it (reloads %v)", got)
 	}
 	msgs := ts.store.messages(group)
-	if m := msgs[0]; m.Kind != storage.KindDeleted || m.SenderID != "" || m.Body != "" {
+	if m := msgs[0]; m.Kind != protocol.KindDeleted || m.SenderID != "" || m.Body != "" {
 		t.Errorf("bob's group message is %+v, want a tombstone with no sender", m)
 	}
-	if last := msgs[len(msgs)-1]; last.Kind != storage.KindSystem || last.SenderID != "" {
+	if last := msgs[len(msgs)-1]; last.Kind != protocol.KindSystem || last.SenderID != "" {
 		t.Errorf("last group message %+v, want the system notice with no sender", last)
 	}
 	if got := alice.seqs(t, group); !slices.Equal(got, []int64{1, 2}) {

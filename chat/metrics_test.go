@@ -11,7 +11,6 @@ import (
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
-	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv/promtest"
 )
 
@@ -154,7 +153,7 @@ func TestMetricsCountResyncs(t *testing.T) {
 	// Stored while this node could not hear the bus.
 	for i := range 3 {
 		if _, err := ts.store.appendMessage(sequencer.SendRequest{ConversationID: dm, SenderID: "alice",
-			ClientMsgID: uuid.NewString(), Kind: storage.KindText, Body: fmt.Sprint("missed ", i)}); err != nil {
+			ClientMsgID: uuid.NewString(), Kind: protocol.KindText, Body: fmt.Sprint("missed ", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

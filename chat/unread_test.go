@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
-	"github.com/chatd/chatd/storage"
 )
 
 func TestUnreadLeavesOutDeletedAfterTheReadPosition(t *testing.T) {
@@ -134,7 +134,7 @@ func TestDeletionHeardFromAnotherNode(t *testing.T) {
 	if err := ts.store.DeleteMessage(ts.ctx, dm, 4, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(sequencer.Change{Op: sequencer.OpDelete, ConversationID: dm, Seq: 4, Version: 1, UserID: "alice", Members: 2})
+	data, err := json.Marshal(sequencer.Change{Op: message.OpDelete, ConversationID: dm, Seq: 4, Version: 1, UserID: "alice", Members: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestLegacyTombstonesCountAsUnread(t *testing.T) {
 		ts.send("alice", dm, "m")
 	}
 	ts.store.mu.Lock()
-	ts.store.msgs[dm][1].Kind, ts.store.msgs[dm][1].Body = storage.KindDeleted, ""
+	ts.store.msgs[dm][1].Kind, ts.store.msgs[dm][1].Body = protocol.KindDeleted, ""
 	c := ts.store.convs[dm]
 	c.DeletedCount = 1 // a tombstone at seq 2, made before its seq was recorded
 	ts.store.convs[dm] = c

@@ -327,7 +327,7 @@ func TestFaultGapFilledFromStore(t *testing.T) {
 	testenv.Messages(t, bob, dm.ID, before, 10*time.Second)
 
 	// The message the dead owner stored: in the store, never published.
-	lost := storage.Message{ConversationID: dm.ID, Seq: int64(before + 1), SenderID: "alice", Kind: storage.KindText,
+	lost := storage.Message{ConversationID: dm.ID, Seq: int64(before + 1), SenderID: "alice", Kind: protocol.KindText,
 		Body: "stored, never published", CreatedAt: time.Now().UTC().Truncate(time.Millisecond), ClientMsgID: uuid.NewString()}
 	store := testenv.OpenStore(t, storage.Config{URI: env.MongoURI, Database: env.Database})
 	if err := store.InsertMessages(ctx, []storage.Message{lost}); err != nil {

@@ -25,7 +25,7 @@ func seedMessages(t *testing.T, store *storage.Store, conv, sender string, n int
 		var batch []storage.Message
 		for seq := start; seq < start+1000 && seq <= n; seq++ {
 			batch = append(batch, storage.Message{ConversationID: conv, Seq: int64(seq), SenderID: sender,
-				Kind: storage.KindText, Body: fmt.Sprintf("m%d", seq), CreatedAt: time.Now().UTC(), ClientMsgID: uuid.NewString()})
+				Kind: protocol.KindText, Body: fmt.Sprintf("m%d", seq), CreatedAt: time.Now().UTC(), ClientMsgID: uuid.NewString()})
 		}
 		if err := store.InsertMessages(ctx, batch); err != nil {
 			t.Fatalf("seed messages: %v", err)

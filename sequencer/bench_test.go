@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
@@ -174,7 +175,7 @@ func benchConversationIDs(b *testing.B, store *storage.Store, n int) []string {
 
 func benchRequest(convID string) sequencer.SendRequest {
 	return sequencer.SendRequest{ConversationID: convID, SenderID: "alice", ClientMsgID: uuid.NewString(),
-		Kind: storage.KindText, Body: "a message of a typical length, about sixty bytes of text"}
+		Kind: protocol.KindText, Body: "a message of a typical length, about sixty bytes of text"}
 }
 
 func benchContext(b *testing.B) context.Context {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
@@ -146,7 +147,7 @@ func TestOwnershipMovesWithoutGapsOrDuplicates(t *testing.T) {
 					default:
 					}
 					req := sequencer.SendRequest{ConversationID: conv, SenderID: "alice", ClientMsgID: uuid.NewString(),
-						Kind: storage.KindText, Body: fmt.Sprintf("%s %d %d", m.id, i, k)}
+						Kind: protocol.KindText, Body: fmt.Sprintf("%s %d %d", m.id, i, k)}
 					sendCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 					msg, err := m.seq.Send(sendCtx, req)
 					cancel()

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
@@ -159,7 +160,7 @@ func (s *memStore) UpdateMessages(_ context.Context, updates []storage.MessageUp
 		i := slices.IndexFunc(s.msgs, func(m storage.Message) bool {
 			return m.ConversationID == u.Message.ConversationID && m.Seq == u.Message.Seq
 		})
-		if i < 0 || s.msgs[i].Version != u.PrevVersion || s.msgs[i].Kind == storage.KindDeleted {
+		if i < 0 || s.msgs[i].Version != u.PrevVersion || s.msgs[i].Kind == protocol.KindDeleted {
 			return storage.ErrConflict
 		}
 		s.msgs[i] = u.Message
@@ -235,7 +236,7 @@ func TestMetricsCountAcksBatchesAndRetries(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range reqs {
 		reqs[i] = sequencer.SendRequest{ConversationID: "c1", SenderID: "alice", ClientMsgID: uuid.NewString(),
-			Kind: storage.KindText, Body: fmt.Sprintf("message %d", i)}
+			Kind: protocol.KindText, Body: fmt.Sprintf("message %d", i)}
 		wg.Go(func() {
 			if _, err := seq.Send(ctx, reqs[i]); err != nil {
 				t.Errorf("send %d: %v", i, err)
@@ -278,7 +279,7 @@ func TestMetricsCountAcksBatchesAndRetries(t *testing.T) {
 
 	// A sender who is not a member is answered with an error, counted by its reason.
 	_, err = seq.Send(ctx, sequencer.SendRequest{ConversationID: "c1", SenderID: "mallory", ClientMsgID: uuid.NewString(),
-		Kind: storage.KindText, Body: "let me in"})
+		Kind: protocol.KindText, Body: "let me in"})
 	if !errors.Is(err, sequencer.ErrNotMember) {
 		t.Fatalf("send by a non-member: %v, want ErrNotMember", err)
 	}
@@ -318,7 +319,7 @@ func TestMetricsCountQueueOverflow(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			_, err := seq.Send(ctx, sequencer.SendRequest{ConversationID: "c1", SenderID: "alice", ClientMsgID: uuid.NewString(),
-				Kind: storage.KindText, Body: body})
+				Kind: protocol.KindText, Body: body})
 			done <- err
 		}()
 		return done
@@ -341,7 +342,7 @@ func TestMetricsCountQueueOverflow(t *testing.T) {
 
 	// A third is refused at once, as retryable.
 	data, err := json.Marshal(sequencer.SendRequest{ConversationID: "c1", SenderID: "alice", ClientMsgID: uuid.NewString(),
-		Kind: storage.KindText, Body: "third"})
+		Kind: protocol.KindText, Body: "third"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 )
@@ -278,7 +278,7 @@ func (p *partition) member(ctx context.Context, e *entry, key string) *conversat
 		p.seq.log.Error().Err(err).Str("conversation", e.req.ConversationID).Msg("load conversation")
 		e.code, e.reason = codeUnavailable, failStore
 		return nil
-	case e.req.Kind != storage.KindSystem && !c.members[e.req.SenderID]:
+	case e.req.Kind != protocol.KindSystem && !c.members[e.req.SenderID]:
 		e.code, e.reason = codeNotMember, failNotMember
 		return nil
 	}
@@ -306,7 +306,7 @@ func (p *partition) assign(ctx context.Context, e *entry, key string, msgs *batc
 		if replied == nil {
 			return
 		}
-		quote = QuoteOf(replied.msg)
+		quote = message.QuoteOf(replied.msg)
 	}
 	c.lastSeq++
 	e.assigned = true
@@ -361,20 +361,20 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 	if bm == nil {
 		return
 	}
-	changed, err := ApplyChange(&bm.msg, e.req, c.lastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
+	changed, err := message.Apply(&bm.msg, e.req.MessageChange(), c.lastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
 	if err != nil {
-		var r *refusal
-		if !errors.As(err, &r) {
-			p.seq.log.Error().Err(err).Msg("change message")
-			e.code, e.reason = codeUnavailable, failInvalid
-			return
-		}
-		e.code, e.reason, e.refusal = codeForbidden, failRefused, r.reason
+		e.code = ""
 		for _, rc := range refusalCodes {
 			if errors.Is(err, rc.kind) {
 				e.code = rc.code
 			}
 		}
+		if e.code == "" {
+			p.seq.log.Error().Err(err).Msg("change message")
+			e.code, e.reason = codeUnavailable, failInvalid
+			return
+		}
+		e.reason, e.refusal = failRefused, err.Error()
 		return
 	}
 	if changed {
@@ -383,11 +383,11 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 			bm.changed = true
 			msgs.changed = append(msgs.changed, bm)
 		}
-		bm.textChanged = bm.textChanged || e.req.Op == OpEdit || e.req.Op == OpDelete
+		bm.textChanged = bm.textChanged || e.req.Op == message.OpEdit || e.req.Op == message.OpDelete
 		ch := ChangeOf(bm.msg, e.req, len(c.members))
 		e.change = &ch
 	}
-	m := WireMessage(bm.msg)
+	m := message.View(bm.msg, "")
 	e.result = &m
 }
 
@@ -403,7 +403,7 @@ func (p *partition) storeChanges(ctx context.Context, entries []*entry, msgs *ba
 	var err error
 	updates := make([]storage.MessageUpdate, 0, len(msgs.changed))
 	for _, bm := range msgs.changed {
-		if err == nil && bm.msg.Kind == storage.KindDeleted {
+		if err == nil && bm.msg.Kind == protocol.KindDeleted {
 			err = p.seq.store.RecordDeleted(ctx, bm.msg.ConversationID, []int64{bm.msg.Seq})
 		}
 		updates = append(updates, storage.MessageUpdate{Message: bm.msg, PrevVersion: bm.prevVersion})
@@ -455,7 +455,7 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 		stored, err := p.seq.store.MessageByClientID(ctx, conv, bad.msg.ClientMsgID)
 		switch {
 		case err == nil:
-			m := WireMessage(stored)
+			m := message.View(stored, "")
 			bad.result, bad.stored, bad.assigned = &m, &m, false
 			if stored.Seq != bad.msg.Seq {
 				// Stored earlier under another seq: the slot this batch gave it is free again.
@@ -528,7 +528,7 @@ func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs 
 	}
 	for _, bm := range msgs.changed {
 		if n, ok := counters[bm.msg.ConversationID]; ok && bm.textChanged {
-			n.Changed = append(n.Changed, previewOf(WireMessage(bm.msg)))
+			n.Changed = append(n.Changed, previewOf(message.View(bm.msg, "")))
 			counters[bm.msg.ConversationID] = n
 		}
 	}
@@ -595,7 +595,7 @@ func (p *partition) republish(ctx context.Context, conversationID string, from, 
 		return
 	}
 	for _, m := range msgs {
-		p.publishOne(WireMessage(m))
+		p.publishOne(message.View(m, ""))
 	}
 }
 
@@ -689,7 +689,7 @@ func messagesOf(entries []*entry) []storage.Message {
 
 func markStored(entries []*entry) {
 	for _, e := range entries {
-		m := WireMessage(e.msg)
+		m := message.View(e.msg, "")
 		e.result, e.stored = &m, &m
 	}
 }
@@ -697,33 +697,4 @@ func markStored(entries []*entry) {
 // previewOf is what a conversation list shows of m.
 func previewOf(m protocol.Message) storage.MessagePreview {
 	return storage.MessagePreview{Seq: m.Seq, SenderID: m.SenderID, Kind: m.Kind, Body: protocol.QuoteText(m.Body), CreatedAt: m.CreatedAt}
-}
-
-// WireMessage is a stored message as clients see it, with its reactions counted.
-func WireMessage(m storage.Message) protocol.Message {
-	return WireMessageFor(m, "")
-}
-
-// WireMessageFor is a stored message as viewer sees it: its reactions say which are viewer's.
-func WireMessageFor(m storage.Message, viewer string) protocol.Message {
-	w := protocol.Message{
-		ConversationID: m.ConversationID,
-		Seq:            m.Seq,
-		SenderID:       m.SenderID,
-		Kind:           m.Kind,
-		Body:           m.Body,
-		CreatedAt:      m.CreatedAt,
-		ClientMsgID:    m.ClientMsgID,
-		ReplyTo:        m.ReplyTo,
-		Version:        m.Version,
-		EditedAt:       m.EditedAt,
-	}
-	if q := m.Quote; q != nil {
-		w.Quote = &protocol.Quote{SenderID: q.SenderID, Body: q.Body, Deleted: q.Deleted}
-	}
-	for _, r := range m.Reactions {
-		w.Reactions = append(w.Reactions, protocol.Reaction{Emoji: r.Emoji, Count: int64(len(r.Users)),
-			Me: viewer != "" && slices.Contains(r.Users, viewer)})
-	}
-	return w
 }

@@ -64,12 +64,12 @@ func TestStoredButUnansweredSendIsPublishedInOrder(t *testing.T) {
 	// alice gives up when the answer is lost (her client went away too), so nobody retries.
 	first, cancel := context.WithCancel(ctx)
 	store.onLost = cancel
-	_, err = seq.Send(first, sequencer.SendRequest{ConversationID: "c1", SenderID: "alice", ClientMsgID: "m1", Kind: storage.KindText, Body: "one"})
+	_, err = seq.Send(first, sequencer.SendRequest{ConversationID: "c1", SenderID: "alice", ClientMsgID: "m1", Kind: protocol.KindText, Body: "one"})
 	cancel()
 	if !errors.Is(err, sequencer.ErrUnavailable) {
 		t.Fatalf("send whose answer was lost: %v; want ErrUnavailable", err)
 	}
-	m, err := seq.Send(ctx, sequencer.SendRequest{ConversationID: "c1", SenderID: "bob", ClientMsgID: "m2", Kind: storage.KindText, Body: "two"})
+	m, err := seq.Send(ctx, sequencer.SendRequest{ConversationID: "c1", SenderID: "bob", ClientMsgID: "m2", Kind: protocol.KindText, Body: "two"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 )
@@ -83,7 +84,7 @@ const (
 var refusalCodes = []struct {
 	kind error
 	code string
-}{{ErrNotFound, codeNotFound}, {ErrForbidden, codeForbidden}, {ErrLimit, codeLimit}}
+}{{ErrNotFound, codeNotFound}, {message.ErrForbidden, codeForbidden}, {message.ErrLimit, codeLimit}}
 
 // Sequencer sends messages to partition owners and, for the partitions this node owns, is the owner.
 type Sequencer struct {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
 )
@@ -62,7 +63,7 @@ func TestBackfillIsResumableAndIdempotent(t *testing.T) {
 		}
 	}
 	// The unique indexes exist now: a second message at a taken seq is refused.
-	dup := storage.Message{ConversationID: "small", Seq: 3, SenderID: "ben", Kind: storage.KindText, Body: "x", ClientMsgID: "fresh"}
+	dup := storage.Message{ConversationID: "small", Seq: 3, SenderID: "ben", Kind: protocol.KindText, Body: "x", ClientMsgID: "fresh"}
 	var de *storage.DuplicateError
 	if err := s.InsertMessages(ctx, []storage.Message{dup}); !errors.As(err, &de) {
 		t.Fatalf("insert at a taken seq after backfill: %v; want a duplicate", err)

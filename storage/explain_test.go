@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
 )
@@ -29,7 +30,7 @@ func TestPageIsAnIndexScanOfItsSize(t *testing.T) {
 	for start := 1; start <= total; start += 1000 {
 		batch := make([]storage.Message, 0, 1000)
 		for seq := start; seq < start+1000; seq++ {
-			batch = append(batch, storage.Message{ConversationID: conv, Seq: int64(seq), SenderID: "a", Kind: storage.KindText,
+			batch = append(batch, storage.Message{ConversationID: conv, Seq: int64(seq), SenderID: "a", Kind: protocol.KindText,
 				Body: fmt.Sprint(seq), CreatedAt: time.Now(), ClientMsgID: uuid.NewString()})
 		}
 		if err := s.InsertMessages(ctx, batch); err != nil {

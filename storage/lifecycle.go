@@ -8,6 +8,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/chatd/chatd/protocol"
 )
 
 // deletedSenderTombstone is the update that turns a message of a deleted account into a
@@ -20,7 +22,7 @@ func deletedSenderTombstone() bson.D {
 		unset = append(unset, bson.E{Key: f, Value: ""})
 	}
 	return bson.D{
-		{Key: "$set", Value: bson.D{{Key: "kind", Value: KindDeleted}, {Key: "body", Value: ""}, {Key: "senderId", Value: ""}}},
+		{Key: "$set", Value: bson.D{{Key: "kind", Value: protocol.KindDeleted}, {Key: "body", Value: ""}, {Key: "senderId", Value: ""}}},
 		{Key: "$unset", Value: unset},
 	}
 }
@@ -121,7 +123,7 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 		// messages again, and records nothing twice.
 		mine := bson.D{{Key: "conversationId", Value: c.ID}, {Key: "senderId", Value: userID}}
 		seqs, err := s.seqsOf(ctx, bson.D{{Key: "conversationId", Value: c.ID}, {Key: "senderId", Value: userID},
-			{Key: "kind", Value: bson.D{{Key: "$ne", Value: KindDeleted}}}})
+			{Key: "kind", Value: bson.D{{Key: "$ne", Value: protocol.KindDeleted}}}})
 		if err != nil {
 			return out, fmt.Errorf("find messages of %s in %s: %w", userID, c.ID, err)
 		}
@@ -156,7 +158,7 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 	// conversations that predate those.
 	for _, coll := range []*mongo.Collection{s.counters, s.conversations} {
 		if _, err := coll.UpdateMany(ctx, bson.D{{Key: "lastMessage.senderId", Value: userID}}, bson.D{
-			{Key: "$set", Value: bson.D{{Key: "lastMessage.kind", Value: KindDeleted}, {Key: "lastMessage.senderId", Value: ""}}},
+			{Key: "$set", Value: bson.D{{Key: "lastMessage.kind", Value: protocol.KindDeleted}, {Key: "lastMessage.senderId", Value: ""}}},
 			{Key: "$unset", Value: bson.D{{Key: "lastMessage.body", Value: ""}}},
 		}); err != nil {
 			return out, fmt.Errorf("delete previews of %s in %s: %w", userID, coll.Name(), err)

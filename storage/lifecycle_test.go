@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
 )
@@ -84,13 +85,13 @@ func TestUpdateMessagesIsGuarded(t *testing.T) {
 	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: stale, PrevVersion: 0}}); !errors.Is(err, storage.ErrConflict) {
 		t.Errorf("a change over a version that is gone: %v; want ErrConflict", err)
 	}
-	tomb := storage.Message{ConversationID: "c", Seq: 2, SenderID: "alice", Kind: storage.KindDeleted,
+	tomb := storage.Message{ConversationID: "c", Seq: 2, SenderID: "alice", Kind: protocol.KindDeleted,
 		CreatedAt: edited.CreatedAt, ClientMsgID: edited.ClientMsgID, Version: 3}
 	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: tomb, PrevVersion: 1}}); err != nil {
 		t.Fatalf("tombstone: %v", err)
 	}
 	again := tomb
-	again.Kind, again.Body, again.Version = storage.KindText, "revived", 4
+	again.Kind, again.Body, again.Version = protocol.KindText, "revived", 4
 	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: again, PrevVersion: 3}}); !errors.Is(err, storage.ErrConflict) {
 		t.Errorf("a change of a tombstone: %v; want ErrConflict", err)
 	}
@@ -98,7 +99,7 @@ func TestUpdateMessagesIsGuarded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := got[0]; m.Kind != storage.KindDeleted || m.Body != "" || m.Version != 3 || m.Quote != nil || m.ReplyTo != 0 ||
+	if m := got[0]; m.Kind != protocol.KindDeleted || m.Body != "" || m.Version != 3 || m.Quote != nil || m.ReplyTo != 0 ||
 		m.Reactions != nil || m.EditedAt != nil || m.ClientMsgID != reply.ClientMsgID || m.SenderID != "alice" {
 		t.Errorf("the tombstone is %+v; want kind deleted, version 3, sender and clientMsgId kept, nothing else", m)
 	}
@@ -188,12 +189,12 @@ func TestDeleteAccountRecordsItsTombstones(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := batch[2]
-	own.Kind, own.Body, own.Version = storage.KindDeleted, "", 1
+	own.Kind, own.Body, own.Version = protocol.KindDeleted, "", 1
 	if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: own}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.AdvanceCounters(ctx, map[string]storage.Counters{"g": {LastSeq: 5, Newest: &storage.MessagePreview{
-		Seq: 5, SenderID: "carol", Kind: storage.KindText, Body: "carol's last words", CreatedAt: time.Now().UTC()}}}); err != nil {
+		Seq: 5, SenderID: "carol", Kind: protocol.KindText, Body: "carol's last words", CreatedAt: time.Now().UTC()}}}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := s.DeleteAccount(ctx, "carol")
@@ -212,7 +213,7 @@ func TestDeleteAccountRecordsItsTombstones(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := g.LastMessage; p == nil || p.Seq != 5 || p.Kind != storage.KindDeleted || p.Body != "" || p.SenderID != "" {
+	if p := g.LastMessage; p == nil || p.Seq != 5 || p.Kind != protocol.KindDeleted || p.Body != "" || p.SenderID != "" {
 		t.Errorf("the group's preview after carol's account went: %+v; want seq 5 deleted, no sender, no text", p)
 	}
 }
@@ -228,7 +229,7 @@ func TestPreviewOnlyMovesForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	preview := func(seq int64, body string) storage.MessagePreview {
-		return storage.MessagePreview{Seq: seq, SenderID: "alice", Kind: storage.KindText, Body: body, CreatedAt: time.Now().UTC()}
+		return storage.MessagePreview{Seq: seq, SenderID: "alice", Kind: protocol.KindText, Body: body, CreatedAt: time.Now().UTC()}
 	}
 	for _, step := range []storage.Counters{
 		{LastSeq: 2, Newest: ptr(preview(2, "two"))},
@@ -269,7 +270,7 @@ func TestCountersLeaveTheConversationDocument(t *testing.T) {
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	if _, err := conversations.InsertOne(ctx, bson.D{{Key: "_id", Value: "old"}, {Key: "kind", Value: storage.KindGroup},
 		{Key: "members", Value: bson.A{"ann", "ben"}}, {Key: "lastSeq", Value: int64(5)}, {Key: "lastVersion", Value: int64(2)},
-		{Key: "lastMessage", Value: storage.MessagePreview{Seq: 5, SenderID: "ann", Kind: storage.KindText, Body: "five", CreatedAt: at}},
+		{Key: "lastMessage", Value: storage.MessagePreview{Seq: 5, SenderID: "ann", Kind: protocol.KindText, Body: "five", CreatedAt: at}},
 		{Key: "senders", Value: bson.D{{Key: "ann", Value: int64(5)}}}, {Key: "deletedCount", Value: int64(0)},
 		{Key: "createdBy", Value: "ann"}, {Key: "createdAt", Value: at}}); err != nil {
 		t.Fatal(err)
@@ -298,7 +299,7 @@ func TestCountersLeaveTheConversationDocument(t *testing.T) {
 	want("as stored before", 5, 2, "five", map[string]int64{"ann": 5})
 
 	preview := func(seq int64, sender, body string) storage.MessagePreview {
-		return storage.MessagePreview{Seq: seq, SenderID: sender, Kind: storage.KindText, Body: body, CreatedAt: at}
+		return storage.MessagePreview{Seq: seq, SenderID: sender, Kind: protocol.KindText, Body: body, CreatedAt: at}
 	}
 	advance := func(c storage.Counters) {
 		t.Helper()

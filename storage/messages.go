@@ -9,18 +9,16 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/chatd/chatd/protocol"
 )
 
-// Message kinds as stored.
-const (
-	KindText    = "text"
-	KindDeleted = "deleted"
-	KindSystem  = "system"
-)
-
-// Message is one stored message. Seq is gapless per conversation, starting at 1. Its seq, sender,
-// creation time and clientMsgId never change; its text, reactions and kind (a tombstone) change
-// only through its conversation's owner, each change numbered by Version.
+// Message is one stored message: the one definition of a message's state (the wire view,
+// protocol.Message, is made from it by message.View). Seq is gapless per conversation, starting
+// at 1. Kind is one of protocol's message kinds (protocol.KindText, KindDeleted, KindSystem),
+// stored as the same string. Its seq, sender, creation time and clientMsgId never change; its
+// text, reactions and kind (a tombstone) change only through its conversation's owner, by the
+// rules of package message, each change numbered by Version.
 type Message struct {
 	ConversationID string    `bson:"conversationId"`
 	Seq            int64     `bson:"seq"`
@@ -136,7 +134,7 @@ func guardedMessage(u MessageUpdate) bson.D {
 		{Key: "conversationId", Value: u.Message.ConversationID},
 		{Key: "seq", Value: u.Message.Seq},
 		{Key: "version", Value: version},
-		{Key: "kind", Value: bson.D{{Key: "$ne", Value: KindDeleted}}},
+		{Key: "kind", Value: bson.D{{Key: "$ne", Value: protocol.KindDeleted}}},
 	}
 }
 

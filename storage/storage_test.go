@@ -8,12 +8,13 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
 )
 
 func msg(conv string, seq int64) storage.Message {
-	return storage.Message{ConversationID: conv, Seq: seq, SenderID: "alice", Kind: storage.KindText,
+	return storage.Message{ConversationID: conv, Seq: seq, SenderID: "alice", Kind: protocol.KindText,
 		Body: "m", CreatedAt: time.Now().UTC(), ClientMsgID: uuid.NewString()}
 }
 
