@@ -134,6 +134,48 @@ func (p *process) alive() error {
 	}
 }
 
+// holds returns nil if the process itself listens on every one of ports. A server started on
+// ports the test picked may find one taken and exit, and until it has, whatever took the port
+// answers there in its name (testenv.HoldsPort).
+func (p *process) holds(ports ...int) error {
+	for _, port := range ports {
+		if err := testenv.HoldsPort(p.cmd.Process.Pid, port); err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
+// stopAll stops the processes together.
+func stopAll[P interface{ stop() }](ps []P) {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(p.stop)
+	}
+	wg.Wait()
+}
+
+// waitStarted waits until ready returns nil while the processes just started all run. If one
+// exits first (on a port that was taken, say), it returns at once why, with the end of its log;
+// on any error it stops them all, so that a new try can start afresh.
+func waitStarted[P interface {
+	alive() error
+	stop()
+}](ps []P, ready func() error) error {
+	err := testenv.Poll(startTimeout, pollInterval, func() error {
+		for _, p := range ps {
+			if err := p.alive(); err != nil {
+				return err
+			}
+		}
+		return ready()
+	})
+	if err != nil {
+		stopAll(ps)
+	}
+	return err
+}
+
 func (p *process) signal(sig syscall.Signal) {
 	_ = syscall.Kill(-p.cmd.Process.Pid, sig) // it may have exited already; Wait reports that
 }
@@ -245,10 +287,14 @@ func (s *natsServer) restart(t testing.TB) {
 }
 
 // healthy asks the monitoring endpoint's full health check, which answers 200 once the server
-// is routed, is current with the JetStream meta leader and every stream and consumer replica it
-// holds has caught up: for a restarted server, once it has rejoined JetStream.
+// listens for clients and routes, is current with the JetStream meta leader and every stream and
+// consumer replica it holds has caught up: for a restarted server, once it has rejoined
+// JetStream. The monitoring port must be the server's own for its answer to count.
 func (s *natsServer) healthy() error {
 	if err := s.alive(); err != nil {
+		return err
+	}
+	if err := s.holds(s.monitorPort); err != nil {
 		return err
 	}
 	if _, err := getOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", s.monitorPort)); err != nil {
@@ -293,6 +339,9 @@ func (n *chatNode) adminURL() string { return fmt.Sprintf("http://127.0.0.1:%d",
 
 func (n *chatNode) ready() error {
 	if err := n.alive(); err != nil {
+		return err
+	}
+	if err := n.holds(n.port, n.adminPort); err != nil {
 		return err
 	}
 	if _, err := getOK(n.url() + "/readyz"); err != nil {
@@ -342,15 +391,9 @@ func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	began := time.Now()
 	c := &cluster{t: t, dir: t.TempDir()}
-	c.startNATS()
 	c.store = testenv.StoreConfig(t)
-	for _, s := range c.nats {
-		testenv.CheckFor(t, startTimeout, pollInterval, s.healthy)
-	}
+	c.startNATS()
 	c.startNodes()
-	for _, n := range c.nodes {
-		testenv.CheckFor(t, startTimeout, pollInterval, n.ready)
-	}
 	c.owners(startTimeout)
 	c.startLB()
 	t.Logf("cluster of %d NATS servers, %d chat nodes and nginx started in %s", len(c.nats), len(c.nodes), time.Since(began).Round(time.Millisecond))
@@ -364,46 +407,42 @@ func startCluster(t *testing.T) *cluster {
 func (c *cluster) stop() {
 	began := time.Now()
 	c.lb.stop()
-	stopAll := func(ps []*process) {
-		var wg sync.WaitGroup
-		for _, p := range ps {
-			wg.Go(p.stop)
-		}
-		wg.Wait()
-	}
-	var nodes, servers []*process
-	for _, n := range c.nodes {
-		nodes = append(nodes, n.process)
-	}
-	for _, s := range c.nats {
-		servers = append(servers, s.process)
-	}
-	stopAll(nodes)
-	stopAll(servers)
+	stopAll(c.nodes)
+	stopAll(c.nats)
 	c.t.Logf("cluster stopped in %s", time.Since(began).Round(time.Millisecond))
 }
 
+// startNATS starts the NATS servers and returns once every one is healthy. The test picks their
+// ports (testenv.StartOnPorts), not the kernel: each server's routes name every cluster port
+// before any server starts, and a restarted server comes back on the ports it had.
 func (c *cluster) startNATS() {
 	bin := testenv.NATSBinary.Path(c.t)
-	ports := testenv.FreePorts(c.t, 3*clusterSize)
-	routes := make([]string, clusterSize)
-	for i := range clusterSize {
-		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[2*clusterSize+i])
-	}
 	conf, err := filepath.Abs(filepath.Join(repoRoot, "nats.conf"))
 	if err != nil {
 		c.t.Fatalf("find nats.conf: %v", err)
 	}
-	for i := range clusterSize {
-		name := fmt.Sprintf("nats-%d", i+1)
-		s := &natsServer{clientPort: ports[i], monitorPort: ports[clusterSize+i]}
-		env := []string{"NATS_SERVER_NAME=" + name, "NATS_STORE_DIR=" + filepath.Join(c.dir, name)}
-		args := []string{"-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(s.clientPort), "-m", strconv.Itoa(s.monitorPort),
-			"--cluster", routes[i], "--routes", strings.Join(routes, ",")}
-		s.run = func() *process { return spawn(c.t, c.dir, name, env, bin, args...) }
-		s.process = startProcess(c.t, c.dir, name, env, bin, args...)
-		c.nats = append(c.nats, s)
-	}
+	testenv.StartOnPorts(c.t, 3*clusterSize, func(ports []int) error {
+		routes := make([]string, clusterSize)
+		for i := range clusterSize {
+			routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[2*clusterSize+i])
+		}
+		c.nats = nil
+		for i := range clusterSize {
+			name := fmt.Sprintf("nats-%d", i+1)
+			storeDir := filepath.Join(c.dir, name)
+			if err := os.RemoveAll(storeDir); err != nil { // what a try that failed left
+				return err
+			}
+			s := &natsServer{clientPort: ports[i], monitorPort: ports[clusterSize+i]}
+			env := []string{"NATS_SERVER_NAME=" + name, "NATS_STORE_DIR=" + storeDir}
+			args := []string{"-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(s.clientPort), "-m", strconv.Itoa(s.monitorPort),
+				"--cluster", routes[i], "--routes", strings.Join(routes, ",")}
+			s.run = func() *process { return spawn(c.t, c.dir, name, env, bin, args...) }
+			s.process = startProcess(c.t, c.dir, name, env, bin, args...)
+			c.nats = append(c.nats, s)
+		}
+		return waitStarted(c.nats, c.natsHealthy)
+	})
 }
 
 // natsHealthy returns nil once every NATS server passes its full health check.
@@ -424,31 +463,44 @@ func (c *cluster) natsURLs() string {
 	return strings.Join(urls, ",")
 }
 
+// startNodes starts the chat nodes and returns once every one is ready. The test picks their
+// ports (testenv.StartOnPorts), not the kernel: nginx lists every node's port, and still does
+// after a test kills the node, and no listener on port 0 may take that port meanwhile.
 func (c *cluster) startNodes() {
 	bin := testenv.ChatdBinary.Path(c.t)
-	ports := testenv.FreePorts(c.t, 2*clusterSize)
-	for i := range clusterSize {
-		id := fmt.Sprintf("chat-%d", i+1)
-		n := &chatNode{id: id, port: ports[2*i], adminPort: ports[2*i+1]}
-		n.process = startProcess(c.t, c.dir, id, []string{
-			"CHAT_NODE_ID=" + id,
-			"CHAT_ADDR=127.0.0.1:" + strconv.Itoa(n.port),
-			"CHAT_ADMIN_ADDR=127.0.0.1:" + strconv.Itoa(n.adminPort),
-			"CHAT_DATA_DIR=" + filepath.Join(c.dir, id),
-			"CHAT_MONGO_URI=" + c.store.URI,
-			"CHAT_MONGO_DB=" + c.store.Database,
-			"CHAT_NATS_URL=" + c.natsURLs(),
-			// One secret for every node, with dev-mode sign-in, so a token from any node is good
-			// on all of them.
-			"CHAT_JWT_SECRET=" + string(testenv.TestSecret),
-			"CHAT_DEV_MODE=true",
-			"CHAT_PARTITIONS=" + strconv.Itoa(testPartitions),
-			"CHAT_LEASE_REPLICAS=3",
-			// The tests send as fast as acks come back, from few connections.
-			"CHAT_SEND_RATE=-1",
-		}, bin)
-		c.nodes = append(c.nodes, n)
-	}
+	testenv.StartOnPorts(c.t, 2*clusterSize, func(ports []int) error {
+		c.nodes = nil
+		for i := range clusterSize {
+			id := fmt.Sprintf("chat-%d", i+1)
+			n := &chatNode{id: id, port: ports[2*i], adminPort: ports[2*i+1]}
+			n.process = startProcess(c.t, c.dir, id, []string{
+				"CHAT_NODE_ID=" + id,
+				"CHAT_ADDR=127.0.0.1:" + strconv.Itoa(n.port),
+				"CHAT_ADMIN_ADDR=127.0.0.1:" + strconv.Itoa(n.adminPort),
+				"CHAT_DATA_DIR=" + filepath.Join(c.dir, id),
+				"CHAT_MONGO_URI=" + c.store.URI,
+				"CHAT_MONGO_DB=" + c.store.Database,
+				"CHAT_NATS_URL=" + c.natsURLs(),
+				// One secret for every node, with dev-mode sign-in, so a token from any node is good
+				// on all of them.
+				"CHAT_JWT_SECRET=" + string(testenv.TestSecret),
+				"CHAT_DEV_MODE=true",
+				"CHAT_PARTITIONS=" + strconv.Itoa(testPartitions),
+				"CHAT_LEASE_REPLICAS=3",
+				// The tests send as fast as acks come back, from few connections.
+				"CHAT_SEND_RATE=-1",
+			}, bin)
+			c.nodes = append(c.nodes, n)
+		}
+		return waitStarted(c.nodes, func() error {
+			for _, n := range c.nodes {
+				if err := n.ready(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
 }
 
 // live returns the nodes whose process is running.
@@ -528,10 +580,10 @@ func (c *cluster) settledOwners(timeout time.Duration) map[int]*chatNode {
 	return owner
 }
 
-// startLB renders the repository's nginx templates for this cluster and starts nginx.
+// startLB renders the repository's nginx templates for this cluster and starts nginx on a port
+// the test picks (testenv.StartOnPorts): nginx listens where its configuration says.
 func (c *cluster) startLB() {
 	bin := nginxBinary(c.t)
-	port := testenv.FreePorts(c.t, 1)[0]
 	runDir := filepath.Join(c.dir, "nginx")
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		c.t.Fatalf("make nginx dir: %v", err)
@@ -544,21 +596,24 @@ func (c *cluster) startLB() {
 	renderTemplate(c.t, "local.conf.template", filepath.Join(runDir, "nginx.conf"), map[string]string{
 		"CHAT_LB_RUN_DIR": runDir,
 	})
-	renderTemplate(c.t, "chat.conf.template", filepath.Join(runDir, "chat.conf"), map[string]string{
-		"CHAT_LB_LISTEN":     "127.0.0.1:" + strconv.Itoa(port),
-		"CHAT_LB_UPSTREAMS":  upstreams.String(),
-		"CHAT_LB_ACCESS_LOG": c.accessLog,
-	})
-	c.lb = startProcess(c.t, c.dir, "nginx", nil, bin, "-p", runDir, "-c", "nginx.conf", "-e", "stderr")
-	c.lbURL = fmt.Sprintf("http://127.0.0.1:%d", port)
-	testenv.CheckFor(c.t, startTimeout, pollInterval, func() error {
-		if err := c.lb.alive(); err != nil {
-			return err
-		}
-		if _, err := getOK(c.lbURL + "/lb/healthz"); err != nil {
-			return fmt.Errorf("nginx not answering: %w", err)
-		}
-		return nil
+	testenv.StartOnPorts(c.t, 1, func(ports []int) error {
+		renderTemplate(c.t, "chat.conf.template", filepath.Join(runDir, "chat.conf"), map[string]string{
+			"CHAT_LB_LISTEN":     "127.0.0.1:" + strconv.Itoa(ports[0]),
+			"CHAT_LB_UPSTREAMS":  upstreams.String(),
+			"CHAT_LB_ACCESS_LOG": c.accessLog,
+		})
+		c.lb = startProcess(c.t, c.dir, "nginx", nil, bin, "-p", runDir, "-c", "nginx.conf", "-e", "stderr")
+		c.lbURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+		// On a port taken meanwhile nginx tries to bind for 2.5 s, then exits.
+		return waitStarted([]*process{c.lb}, func() error {
+			if err := c.lb.holds(ports[0]); err != nil {
+				return err
+			}
+			if _, err := getOK(c.lbURL + "/lb/healthz"); err != nil {
+				return fmt.Errorf("nginx not answering: %w", err)
+			}
+			return nil
+		})
 	})
 }
 

@@ -78,13 +78,47 @@ func StartNATS(cfg NATSConfig) (*NATS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start nats: %w", err)
 	}
+	fatal := make(chan string, 1)
+	srv.SetLoggerV2(startLog{fatal: fatal}, false, false, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(startTimeout) {
-		srv.Shutdown()
-		return nil, fmt.Errorf("start nats: not ready after %s", startTimeout)
+	deadline := time.Now().Add(startTimeout)
+	for !srv.ReadyForConnections(readyPoll) {
+		select {
+		case msg := <-fatal: // a listener failed: it will never be ready
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			return nil, fmt.Errorf("start nats: %s", msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			srv.Shutdown()
+			return nil, fmt.Errorf("start nats: not ready after %s", startTimeout)
+		}
 	}
 	return &NATS{srv: srv}, nil
 }
+
+// readyPoll is how long StartNATS waits for the server to be ready before it looks for a fatal
+// error again.
+const readyPoll = 100 * time.Millisecond
+
+// startLog is the in-process server's logger. It keeps the first fatal error, such as a port
+// that is already in use (the server only logs that, and would leave StartNATS waiting out
+// startTimeout for nothing), and drops everything else as NoLog does.
+type startLog struct{ fatal chan string }
+
+func (l startLog) Fatalf(format string, v ...any) {
+	select {
+	case l.fatal <- fmt.Sprintf(format, v...):
+	default: // one is enough to say why
+	}
+}
+
+func (startLog) Noticef(string, ...any) {}
+func (startLog) Warnf(string, ...any)   {}
+func (startLog) Errorf(string, ...any)  {}
+func (startLog) Debugf(string, ...any)  {}
+func (startLog) Tracef(string, ...any)  {}
 
 // ClientURL is the URL clients connect to.
 func (n *NATS) ClientURL() string { return n.srv.ClientURL() }

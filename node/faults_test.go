@@ -231,9 +231,7 @@ func checkDelivered(t *testing.T, c *client.Conn, convID string, n int) {
 // TestFaultStoreOutage stops the store while two clients send and starts it again on the same
 // data and address.
 func TestFaultStoreOutage(t *testing.T) {
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
-	store := testenv.StartStoreProcess(t, dir, addr)
+	store := testenv.StartRestartableStore(t, t.TempDir())
 	env := testenv.Env{NATSURL: testenv.NATS(t), MongoURI: store.URI, Database: "faults"}
 	n := testenv.StartNode(t, faultConfig(env))
 	ctx := ctxT(t, 2*time.Minute)
@@ -248,7 +246,7 @@ func TestFaultStoreOutage(t *testing.T) {
 	store.Stop()
 	waitForRefusals(t, "sends to be refused while the store is down", 2, a, b)
 	acksDuringOutage, _ := a.counts()
-	store = testenv.StartStoreProcess(t, dir, addr)
+	store.Restart(t)
 	waitForAcks(t, "sends after the store is back", 10, a, b)
 	stop()
 
@@ -274,18 +272,22 @@ func TestFaultNATSConnectionLost(t *testing.T) {
 // TestFaultNATSServerRestart stops the NATS server itself and starts it again on the same port
 // and store directory.
 func TestFaultNATSServerRestart(t *testing.T) {
-	natsCfg := embedded.NATSConfig{Port: testenv.FreePorts(t, 1)[0], StoreDir: t.TempDir()}
-	ns, err := embedded.StartNATS(natsCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	natsCfg := embedded.NATSConfig{StoreDir: t.TempDir()}
+	var ns *embedded.NATS
+	testenv.StartOnPorts(t, 1, func(ports []int) (err error) {
+		natsCfg.Port = ports[0] // not port 0: the restart must come back where the node reconnects
+		ns, err = embedded.StartNATS(natsCfg)
+		return err
+	})
 	t.Cleanup(func() { ns.Shutdown() })
 	storeCfg := testenv.StoreConfig(t)
 	env := testenv.Env{NATSURL: ns.ClientURL(), MongoURI: storeCfg.URI, Database: storeCfg.Database}
 	checkNATSOutage(t, env, ns.Shutdown, func() {
-		if ns, err = embedded.StartNATS(natsCfg); err != nil {
+		restarted, err := embedded.StartNATS(natsCfg)
+		if err != nil {
 			t.Fatalf("restart nats: %v", err)
 		}
+		ns = restarted
 	})
 }
 

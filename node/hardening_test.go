@@ -198,11 +198,8 @@ func waitStatus(t *testing.T, status func() int, want int, what string) {
 // TestHardeningReadyzSaysWhatInWords: /readyz names the dependency that is down and nothing of
 // its internals (before the fix it printed the driver's error with the store's address).
 func TestHardeningReadyzSaysWhatInWords(t *testing.T) {
-	dir := t.TempDir()
-	storeAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
-	store := testenv.StartStoreProcess(t, dir, storeAddr)
-	natsCfg := embedded.NATSConfig{Port: testenv.FreePorts(t, 1)[0], StoreDir: t.TempDir()}
-	ns, err := embedded.StartNATS(natsCfg)
+	store := testenv.StartRestartableStore(t, t.TempDir())
+	ns, err := embedded.StartNATS(embedded.NATSConfig{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +223,7 @@ func TestHardeningReadyzSaysWhatInWords(t *testing.T) {
 
 	store.Stop()
 	checkDown("store not reachable")
-	store = testenv.StartStoreProcess(t, dir, storeAddr)
+	store.Restart(t)
 	waitStatus(t, func() int { s, _ := readyz(t, n); return s }, http.StatusOK, "/readyz once the store is back")
 
 	ns.Shutdown()
@@ -408,7 +405,6 @@ func TestHardeningNginxKeepsOperatorEndpointsPrivate(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := startProductionNode(t, env, "behind-nginx", nil)
 	dir := t.TempDir()
-	port := testenv.FreePorts(t, 1)[0]
 	render := func(name string, values map[string]string) {
 		data, err := os.ReadFile(filepath.Join("..", "deploy", "nginx", name))
 		if err != nil {
@@ -423,26 +419,45 @@ func TestHardeningNginxKeepsOperatorEndpointsPrivate(t *testing.T) {
 		}
 	}
 	render("local.conf.template", map[string]string{"CHAT_LB_RUN_DIR": dir})
-	render("chat.conf.template", map[string]string{"CHAT_LB_LISTEN": fmt.Sprintf("127.0.0.1:%d", port),
-		"CHAT_LB_UPSTREAMS": "server " + n.Addr() + ";", "CHAT_LB_ACCESS_LOG": filepath.Join(dir, "access.log")})
 	if err := os.Rename(filepath.Join(dir, "local.conf"), filepath.Join(dir, "nginx.conf")); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-p", dir, "-c", "nginx.conf", "-e", "stderr")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nginx: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nginx and its worker, our own process group
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("nginx output:\n%s", out.String())
+	// nginx listens where its configuration says, so the test picks the port (StartOnPorts).
+	var lb string
+	testenv.StartOnPorts(t, 1, func(ports []int) error {
+		lb = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+		render("chat.conf.template", map[string]string{"CHAT_LB_LISTEN": strings.TrimPrefix(lb, "http://"),
+			"CHAT_LB_UPSTREAMS": "server " + n.Addr() + ";", "CHAT_LB_ACCESS_LOG": filepath.Join(dir, "access.log")})
+		cmd := exec.Command(bin, "-p", dir, "-c", "nginx.conf", "-e", "stderr")
+		var out bytes.Buffer // read once nginx has exited
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start nginx: %v", err)
 		}
+		exited := make(chan struct{})
+		var waitErr error
+		go func() { waitErr = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() {
+			select {
+			case <-exited:
+			default:
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nginx and its worker, our own process group
+				<-exited
+			}
+			if t.Failed() {
+				t.Logf("nginx output:\n%s", out.String())
+			}
+		})
+		return testenv.Poll(10*time.Second, 50*time.Millisecond, func() error {
+			select {
+			case <-exited: // on a port taken meanwhile nginx tries again for 2.5 s, then gives up
+				return fmt.Errorf("%w: nginx exited (%v): %s", testenv.ErrGiveUp, waitErr, out.String())
+			default:
+				return testenv.HoldsPort(cmd.Process.Pid, ports[0])
+			}
+		})
 	})
-	lb := fmt.Sprintf("http://127.0.0.1:%d", port)
 	get := func(base, path string) int { return apiStatus(t, http.MethodGet, base+path, "", "") }
 	waitStatus(t, func() int {
 		resp, err := http.Get(lb + "/lb/healthz")

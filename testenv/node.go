@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -51,26 +52,68 @@ func (e Env) NodeConfig() node.Config {
 type Node struct {
 	*node.Node
 	t       testing.TB
+	cfg     node.Config
 	stopped bool
 }
 
 // StartNode starts a node with cfg; it is shut down when the test ends unless the test stopped it.
 func StartNode(t testing.TB, cfg node.Config) *Node {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Str("node", cfg.NodeID).Logger()
-	n, err := node.Start(ctx, cfg, log)
+	n, err := startNode(t, cfg)
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}
-	tn := &Node{Node: n, t: t}
+	return n
+}
+
+// StartRestartableNode is StartNode on a public address picked by StartOnPorts, so that Restart
+// finds it free again.
+func StartRestartableNode(t testing.TB, cfg node.Config) *Node {
+	t.Helper()
+	var n *Node
+	StartOnPorts(t, 1, func(ports []int) (err error) {
+		cfg.Addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+		n, err = startNode(t, cfg)
+		return err
+	})
+	return n
+}
+
+func startNode(t testing.TB, cfg node.Config) (*Node, error) {
+	tn := &Node{t: t, cfg: cfg}
+	if err := tn.start(); err != nil {
+		return nil, err
+	}
 	t.Cleanup(func() {
 		if !tn.stopped {
 			tn.Stop()
 		}
 	})
-	return tn
+	return tn, nil
+}
+
+func (n *Node) start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	log := zerolog.New(zerolog.NewTestWriter(n.t)).Level(zerolog.WarnLevel).With().Str("node", n.cfg.NodeID).Logger()
+	started, err := node.Start(ctx, n.cfg, log)
+	if err != nil {
+		return err
+	}
+	n.Node, n.stopped = started, false
+	return nil
+}
+
+// Restart starts the stopped node again with the same configuration, as an operator restarts a
+// node: on the same public address (see StartRestartableNode), the same store and NATS.
+func (n *Node) Restart() {
+	n.t.Helper()
+	if !n.stopped {
+		n.t.Fatal("restart a node that was not stopped")
+	}
+	if err := n.start(); err != nil {
+		n.t.Fatalf("restart node: %v", err)
+	}
 }
 
 // Stop shuts the node down gracefully.

@@ -5,8 +5,10 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ func MongoURI(t testing.TB) string {
 	if uri := os.Getenv(MongoURIEnv); uri != "" {
 		return uri
 	}
-	return StartStoreProcess(t, t.TempDir(), "127.0.0.1:0").URI
+	return StartStoreProcess(t, t.TempDir()).URI
 }
 
 // StoreConfig returns a storage configuration with a fresh database on a store started for the test.
@@ -72,34 +74,43 @@ func NATS(t testing.TB) string {
 }
 
 // NATSCluster starts size NATS servers routed into one JetStream cluster. The servers are
-// returned so a test can kill one; each is shut down when the test ends.
+// returned so a test can kill one; each is shut down when the test ends. Their client ports are
+// the kernel's pick; their cluster ports are StartOnPorts', since every server's routes name all
+// of them before any starts.
 func NATSCluster(t testing.TB, size int) []*embedded.NATS {
 	t.Helper()
-	ports := FreePorts(t, size)
-	routes := make([]string, size)
-	for i, p := range ports {
-		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
-	}
-	servers := make([]*embedded.NATS, size)
-	errs := make(chan error, size)
-	for i := range size {
-		go func() {
-			n, err := embedded.StartNATS(embedded.NATSConfig{
-				Name:        fmt.Sprintf("n%d", i+1),
-				StoreDir:    t.TempDir(),
-				ClusterName: "test",
-				ClusterPort: ports[i],
-				Routes:      routes,
-			})
-			servers[i] = n
-			errs <- err
-		}()
-	}
-	for range size {
-		if err := <-errs; err != nil {
-			t.Fatalf("start nats cluster: %v", err)
+	var servers []*embedded.NATS
+	StartOnPorts(t, size, func(ports []int) error {
+		routes := make([]string, size)
+		for i, p := range ports {
+			routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
 		}
-	}
+		servers = make([]*embedded.NATS, size)
+		errs := make([]error, size)
+		var wg sync.WaitGroup
+		for i := range size {
+			dir := t.TempDir() // afresh on each try: nothing of a failed cluster is left in it
+			wg.Go(func() {
+				servers[i], errs[i] = embedded.StartNATS(embedded.NATSConfig{
+					Name:        fmt.Sprintf("n%d", i+1),
+					StoreDir:    dir,
+					ClusterName: "test",
+					ClusterPort: ports[i],
+					Routes:      routes,
+				})
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			for _, n := range servers {
+				if n != nil {
+					n.Shutdown()
+				}
+			}
+			return fmt.Errorf("start nats cluster: %w", err)
+		}
+		return nil
+	})
 	for _, n := range servers {
 		t.Cleanup(n.Shutdown)
 	}

@@ -248,9 +248,8 @@ func TestServerRestart(t *testing.T) {
 	const syncLimit, sentWhileAway = 5, 12
 	env := testenv.NewEnv(t)
 	cfg := env.NodeConfig()
-	cfg.Addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
 	cfg.Chat.SyncLimit = syncLimit
-	n := testenv.StartNode(t, cfg)
+	n := testenv.StartRestartableNode(t, cfg)
 	b := newBrowser(t)
 	alice, bob := b.newPage("alice"), b.newPage("bob")
 	alice.allowNetworkErrors, bob.allowNetworkErrors = true, true
@@ -270,7 +269,7 @@ func TestServerRestart(t *testing.T) {
 	alice.waitFor("the failed send with a Retry button", `!!document.querySelector('#messages > li[data-state="failed"] button.retry')`)
 	alice.screenshot("11-offline-failed-send")
 
-	n = testenv.StartNode(t, cfg)
+	n.Restart()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	other := testenv.Connect(t, n.URL(), "alice") // Alice's phone, sending while the pages reconnect

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +37,7 @@ const (
 //
 //	go test -run '^$' -bench IdleMemory -benchtime 1x -count 3 -timeout 60m ./cmd/chatbench/
 func BenchmarkIdleMemory(b *testing.B) {
-	store := testenv.StartStoreProcess(b, b.TempDir(), "127.0.0.1:0")
+	store := testenv.StartStoreProcess(b, b.TempDir())
 	for b.Loop() {
 		j := idleMemoryRun(b, store.URI).toJSON()
 		if j.Floor == nil || j.Floor.Ratio == 0 {
@@ -60,8 +58,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 func idleMemoryRun(b *testing.B, storeURI string) *report {
 	b.Helper()
 	dir := b.TempDir()
-	ports := testenv.FreePorts(b, 1)
-	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	addrFile := filepath.Join(dir, "addrs.json")
 	logPath := filepath.Join(dir, "chatd.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -73,7 +70,7 @@ func idleMemoryRun(b *testing.B, storeURI string) *report {
 		return string(data)
 	}
 	cmd := exec.Command(testenv.ChatdBinary.Path(b), "-admin-addr=")
-	cmd.Env = append(os.Environ(), "CHAT_ADDR="+addr, "CHAT_DATA_DIR="+filepath.Join(dir, "data"),
+	cmd.Env = append(os.Environ(), "CHAT_ADDR=127.0.0.1:0", "CHAT_ADDR_FILE="+addrFile, "CHAT_DATA_DIR="+filepath.Join(dir, "data"),
 		"CHAT_MONGO_URI="+storeURI+"?maxPoolSize=16", "CHAT_LOG_LEVEL=warn")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
@@ -83,15 +80,11 @@ func idleMemoryRun(b *testing.B, storeURI string) *report {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	base := "http://" + addr
-	testenv.CheckFor(b, time.Minute, 100*time.Millisecond, func() error {
-		resp, err := http.Get(base + "/healthz")
-		if err != nil {
-			return fmt.Errorf("chatd not up: %w; its log:\n%s", err, chatdLog())
-		}
-		resp.Body.Close()
-		return nil
-	})
+	addrs, err := testenv.WaitChatdAddrs(addrFile, time.Minute)
+	if err != nil {
+		b.Fatalf("chatd not up: %v; its log:\n%s", err, chatdLog())
+	}
+	base := "http://" + addrs.Addr
 	cfg, err := parseFlags([]string{"-url", base, "-idle", "-floor", "-clients", strconv.Itoa(idleBenchConns),
 		"-prefix", "idle", "-hold", "1s", "-settle", idleBenchSettle.String(), "-dial-concurrency", "16",
 		"-timeout", "120s", "-server-pid", strconv.Itoa(cmd.Process.Pid)}, func(string) string { return "" })

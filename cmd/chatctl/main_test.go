@@ -407,9 +407,7 @@ func TestErrorsGoToStderrWithStatus(t *testing.T) {
 // seq order, whether it arrived live, through sync on reconnect, or from history.
 func TestTailSurvivesRestart(t *testing.T) {
 	env := testenv.NewEnv(t)
-	cfg := env.NodeConfig()
-	cfg.Addr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
-	n := testenv.StartNode(t, cfg)
+	n := testenv.StartRestartableNode(t, env.NodeConfig())
 	alice, bob := newUser(t, n.URL()), newUser(t, n.URL())
 	alice.must("login", "alice")
 	bob.must("login", "bob")
@@ -423,7 +421,7 @@ func TestTailSurvivesRestart(t *testing.T) {
 	got = append(got, tail.next()) // the tail is connected once it has printed what was there before it
 	alice.must("send", dm, "live")
 	n.Stop()
-	n = testenv.StartNode(t, cfg)
+	n.Restart()
 	alice.must("send", dm, "after restart 1")
 	alice.must("send", dm, "after restart 2")
 	for len(got) < 4 {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,7 +48,7 @@ func main() {
 // options are the command line and environment settings; every flag has a CHAT_* twin.
 type options struct {
 	addr, adminAddr, dataDir, mongoURI, mongoDB, natsURL, jwtSecret, logLevel, nodeID, origins string
-	jwtIssuer, jwtAudience, adminSecret                                                        string
+	jwtIssuer, jwtAudience, adminSecret, addrFile                                              string
 	devMode                                                                                    bool
 	partitions, leaseReplicas, pooledWriters                                                   int
 	sendRate                                                                                   float64
@@ -59,6 +60,7 @@ func parseOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("chatd", flag.ContinueOnError)
 	fs.StringVar(&o.addr, "addr", env("CHAT_ADDR", node.DefaultAddr), "HTTP listen address (CHAT_ADDR)")
 	fs.StringVar(&o.adminAddr, "admin-addr", env("CHAT_ADMIN_ADDR", node.DefaultAdminAddr), "admin listener: /metrics, /healthz, /readyz, /debug/, the admin API; keep it off the public network; empty: none (CHAT_ADMIN_ADDR)")
+	fs.StringVar(&o.addrFile, "addr-file", env("CHAT_ADDR_FILE", ""), "file to write the listeners' addresses to once they listen, as JSON; for whoever starts chatd on port 0 (CHAT_ADDR_FILE)")
 	fs.StringVar(&o.dataDir, "data-dir", env("CHAT_DATA_DIR", "./data"), "directory for the embedded store and NATS (CHAT_DATA_DIR)")
 	fs.StringVar(&o.mongoURI, "mongo-uri", env("CHAT_MONGO_URI", ""), "MongoDB URI; empty starts the embedded store (CHAT_MONGO_URI)")
 	fs.StringVar(&o.mongoDB, "mongo-db", env("CHAT_MONGO_DB", node.DefaultDatabase), "MongoDB database (CHAT_MONGO_DB)")
@@ -198,11 +200,41 @@ func run(args []string, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	addrErr := writeAddrFile(o.addrFile, n.Addr(), n.AdminAddr())
+	if addrErr != nil {
+		stop() // whoever waits for the file would wait for nothing: stop at once
+	}
 	<-ctx.Done()
 	log.Info().Msg("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return n.Shutdown(shutdownCtx)
+	return errors.Join(addrErr, n.Shutdown(shutdownCtx))
+}
+
+// listenAddrs is what -addr-file holds.
+type listenAddrs struct {
+	Addr      string `json:"addr"`
+	AdminAddr string `json:"adminAddr,omitempty"` // none without an admin listener
+}
+
+// writeAddrFile writes the listeners' addresses to path ("" writes nothing). It writes a
+// temporary file and renames it, so that a reader polling for path never sees half of it.
+func writeAddrFile(path, addr, adminAddr string) error {
+	if path == "" {
+		return nil
+	}
+	data, err := json.Marshal(listenAddrs{Addr: addr, AdminAddr: adminAddr})
+	if err != nil {
+		return fmt.Errorf("encode listen addresses: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write address file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write address file: %w", err)
+	}
+	return nil
 }
 
 // devSecret returns the dev-mode signing secret, kept in the data directory so tokens survive a

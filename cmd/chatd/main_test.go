@@ -24,16 +24,20 @@ import (
 func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
 
 // startChatd runs the real binary on its embedded defaults (in-process NATS, embedded store)
-// in dataDir, and waits until it is ready. env is added to this process's environment, which
+// in dataDir, on ports the kernel picks, and waits until it is ready; it returns the process and
+// the addresses chatd wrote to its -addr-file. env is added to this process's environment, which
 // has no GOGC (the collector's setting is chatd's own default unless env gives one).
-func startChatd(t *testing.T, dataDir, addr string, env ...string) *exec.Cmd {
+func startChatd(t *testing.T, dataDir string, env ...string) (*exec.Cmd, testenv.ChatdAddrs) {
 	t.Helper()
+	dir := t.TempDir()
+	addrFile := filepath.Join(dir, "addrs.json")
 	cmd := exec.Command(testenv.ChatdBinary.Path(t))
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOGC=") })
-	cmd.Env = append(cmd.Env, "CHAT_DATA_DIR="+dataDir, "CHAT_ADDR="+addr, "CHAT_LOG_LEVEL=warn",
-		"CHAT_ADMIN_ADDR=127.0.0.1:0") // the default port may be taken by another test's chatd
+	cmd.Env = append(cmd.Env, "CHAT_DATA_DIR="+dataDir, "CHAT_ADDR=127.0.0.1:0", "CHAT_ADMIN_ADDR=127.0.0.1:0",
+		"CHAT_ADDR_FILE="+addrFile, "CHAT_LOG_LEVEL=warn")
 	cmd.Env = append(cmd.Env, env...)
-	logFile, err := os.Create(filepath.Join(t.TempDir(), "chatd.log"))
+	logPath := filepath.Join(dir, "chatd.log")
+	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +51,13 @@ func startChatd(t *testing.T, dataDir, addr string, env ...string) *exec.Cmd {
 			_ = cmd.Wait()
 		}
 	})
+	addrs, err := testenv.WaitChatdAddrs(addrFile, time.Minute)
+	if err != nil {
+		log, _ := os.ReadFile(logPath) // only to explain the failure
+		t.Fatalf("%v; chatd's log:\n%s", err, log)
+	}
 	testenv.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
-		resp, err := http.Get("http://" + addr + "/readyz")
+		resp, err := http.Get("http://" + addrs.Addr + "/readyz")
 		if err != nil {
 			return fmt.Errorf("chatd not ready: %w", err)
 		}
@@ -58,7 +67,7 @@ func startChatd(t *testing.T, dataDir, addr string, env ...string) *exec.Cmd {
 		}
 		return nil
 	})
-	return cmd
+	return cmd, addrs
 }
 
 func stopChatd(t *testing.T, cmd *exec.Cmd) {
@@ -72,15 +81,15 @@ func stopChatd(t *testing.T, cmd *exec.Cmd) {
 }
 
 // TestRestartKeepsHistoryAndSeqs restarts the server on the same data directory: history, seqs
-// and dev-mode tokens carry over, and the next seq is the last plus one.
+// and dev-mode tokens carry over, and the next seq is the last plus one. (The restarted server
+// listens on a port of its own; the client dials it there.)
 func TestRestartKeepsHistoryAndSeqs(t *testing.T) {
 	dataDir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
-	base := "http://" + addr
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	server := startChatd(t, dataDir, addr)
+	server, addrs := startChatd(t, dataDir)
+	base := "http://" + addrs.Addr
 	token, _, err := client.Login(ctx, nil, base, "alice")
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +97,7 @@ func TestRestartKeepsHistoryAndSeqs(t *testing.T) {
 	if _, _, err := client.Login(ctx, nil, base, "bob"); err != nil {
 		t.Fatal(err)
 	}
-	alice, err := client.Dial(ctx, "ws://"+addr+"/ws", token, nil)
+	alice, err := client.Dial(ctx, "ws://"+addrs.Addr+"/ws", token, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,9 +113,9 @@ func TestRestartKeepsHistoryAndSeqs(t *testing.T) {
 	stopChatd(t, server)
 	<-alice.Done()
 
-	server = startChatd(t, dataDir, addr)
+	server, addrs = startChatd(t, dataDir)
 	defer stopChatd(t, server)
-	alice, err = client.Dial(ctx, "ws://"+addr+"/ws", token, nil) // the same token still works
+	alice, err = client.Dial(ctx, "ws://"+addrs.Addr+"/ws", token, nil) // the same token still works
 	if err != nil {
 		t.Fatalf("dial with the token from before the restart: %v", err)
 	}
@@ -137,10 +146,8 @@ func TestCollectorDefault(t *testing.T) {
 		{nil, "go_gc_gogc_percent 50"},
 		{[]string{"GOGC=150"}, "go_gc_gogc_percent 150"},
 	} {
-		ports := testenv.FreePorts(t, 2)
-		addr, admin := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
-		server := startChatd(t, t.TempDir(), addr, append(tc.env, "CHAT_ADMIN_ADDR="+admin)...)
-		metrics := getBody(t, "http://"+admin+"/metrics")
+		server, addrs := startChatd(t, t.TempDir(), tc.env...)
+		metrics := getBody(t, "http://"+addrs.AdminAddr+"/metrics")
 		stopChatd(t, server)
 		if !strings.Contains(metrics, "\n"+tc.want+"\n") {
 			t.Errorf("with %q in the environment /metrics has no line %q", tc.env, tc.want)
