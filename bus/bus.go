@@ -142,21 +142,30 @@ func (b *Bus) conversationSubject(id, kind string) string {
 }
 func (b *Bus) userSubject(id string) string { return b.cfg.SubjectPrefix + ".user." + id }
 
-// WatchConversation subscribes to a conversation's messages and events.
+// WatchConversation subscribes to a conversation's messages and events; watching it again
+// changes nothing.
 func (b *Bus) WatchConversation(id string) { b.subscribe(b.conversationSubject(id, "*"), id) }
 
-// UnwatchConversation ends WatchConversation.
+// UnwatchConversation ends WatchConversation; for a conversation not watched it does nothing.
 func (b *Bus) UnwatchConversation(id string) { b.unsubscribe(b.conversationSubject(id, "*")) }
 
-// WatchUser subscribes to a user's events.
+// WatchUser subscribes to a user's events; watching them again changes nothing.
 func (b *Bus) WatchUser(id string) { b.subscribe(b.userSubject(id), id) }
 
-// UnwatchUser ends WatchUser.
+// UnwatchUser ends WatchUser; for a user not watched it does nothing.
 func (b *Bus) UnwatchUser(id string) { b.unsubscribe(b.userSubject(id)) }
 
-// subscribe routes a subject to the dispatcher of key. Channel subscriptions cost no goroutine
-// each, which matters with a subscription per online user and per live conversation.
+// subscribe routes a subject to the dispatcher of key, unless it is routed already. Channel
+// subscriptions cost no goroutine each, which matters with a subscription per online user and per
+// live conversation. The caller serializes the calls of one subject (see chat's watch.go), so
+// none is subscribed twice.
 func (b *Bus) subscribe(subject, key string) {
+	b.mu.Lock()
+	_, ok := b.subs[subject]
+	b.mu.Unlock()
+	if ok {
+		return
+	}
 	q := b.queues[maphash.String(b.seed, key)%uint64(len(b.queues))]
 	sub, err := b.nc.ChanSubscribe(subject, q)
 	if err != nil {

@@ -208,7 +208,9 @@ func (s *Service) applyJoin(userID string, conv protocol.Conversation, deleted [
 	s.addPeers(userID, u, conv.Kind, conv.Members)
 	delete(u.left, conv.ID)
 	// The route changes under u.mu with the position, so a join and a leave cannot cross.
-	s.hub.Join(userID, conv.ID, conv.LastSeq)
+	if s.hub.Join(userID, conv.ID, conv.LastSeq) {
+		s.watchConversation(conv.ID)
+	}
 	s.learnDeleted(conv.ID, deleted) // after the join, so no forget undoes it
 	u.mu.Unlock()
 	conv.ReadSeq, conv.Unread = 0, unread(conv.LastSeq, 0, s.deleted.of(conv.ID))
@@ -228,8 +230,8 @@ func (s *Service) applyLeave(userID, convID string) {
 	if u.left != nil { // still loading
 		u.left[convID] = true
 	}
-	if known {
-		s.hub.Leave(userID, convID)
+	if known && s.hub.Leave(userID, convID) {
+		s.watchConversation(convID)
 	}
 	u.mu.Unlock()
 	if !known {

@@ -877,44 +877,45 @@ func (r *fakeReads) advanced() []storage.Cursor {
 	return slices.Clone(r.advances)
 }
 
-// fakeInterest records what the hub watches. Like a NATS subscription, a watched id is what
-// the fake bus delivers: events of ids nobody here watches are lost.
+// fakeInterest records what the service subscribes the bus to. Like a NATS subscription, a
+// watched id is what the fake bus delivers: events of ids nobody here watches are lost.
 type fakeInterest struct {
 	mu    sync.Mutex
-	convs map[string]int // current watches: 1 while watched
-	users map[string]int
+	convs map[string]bool // current watches
+	users map[string]bool
 	calls []string
 }
 
-var _ hub.Interest = (*fakeInterest)(nil)
-
-func (f *fakeInterest) record(call string, m map[string]int, id string, d int) {
+func (f *fakeInterest) record(call string, m map[string]bool, id string, watch bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, call+" "+id)
-	m[id] += d
-	if m[id] == 0 {
+	if watch {
+		m[id] = true
+	} else {
 		delete(m, id)
 	}
 }
 
-func (f *fakeInterest) WatchConversation(id string) { f.record("watch conversation", f.convs, id, 1) }
-func (f *fakeInterest) UnwatchConversation(id string) {
-	f.record("unwatch conversation", f.convs, id, -1)
+func (b *fakeBus) WatchConversation(id string) {
+	b.interest.record("watch conversation", b.interest.convs, id, true)
 }
-func (f *fakeInterest) WatchUser(id string)   { f.record("watch user", f.users, id, 1) }
-func (f *fakeInterest) UnwatchUser(id string) { f.record("unwatch user", f.users, id, -1) }
+func (b *fakeBus) UnwatchConversation(id string) {
+	b.interest.record("unwatch conversation", b.interest.convs, id, false)
+}
+func (b *fakeBus) WatchUser(id string)   { b.interest.record("watch user", b.interest.users, id, true) }
+func (b *fakeBus) UnwatchUser(id string) { b.interest.record("unwatch user", b.interest.users, id, false) }
 
 func (f *fakeInterest) watchingConversation(id string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.convs[id] > 0
+	return f.convs[id]
 }
 
 func (f *fakeInterest) watchingUser(id string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.users[id] > 0
+	return f.users[id]
 }
 
 func (f *fakeInterest) log() []string {
@@ -1213,12 +1214,12 @@ func newTestServiceWith(t *testing.T, cfg Config, hubCfg hub.Config) *testServic
 	for _, u := range users {
 		store.addUser(u)
 	}
-	interest := &fakeInterest{convs: make(map[string]int), users: make(map[string]int)}
+	interest := &fakeInterest{convs: make(map[string]bool), users: make(map[string]bool)}
 	bus := &fakeBus{interest: interest}
 	sender := &fakeSender{store: store, bus: bus, recent: make(map[string]storage.Message)}
 	reads := &fakeReads{store: store, pending: make(map[cursorKey]storage.Cursor)}
 	cfg.Hub = hubCfg
-	svc, err := New(cfg, store, sender, reads, bus, interest, zerolog.Nop())
+	svc, err := New(cfg, store, sender, reads, bus, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("new service: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -104,11 +105,17 @@ type Reads interface {
 	FlushConversation(ctx context.Context, conversationID string) error
 }
 
-// Bus publishes events to every node that needs them; the bus package implements it and hands
-// what it receives back to the service's Handle methods.
+// Bus publishes events to every node that needs them, and subscribes this node to the events of
+// the conversations and users it holds; the bus package implements it and hands what it receives
+// back to the service's Handle methods. Watching what is watched already, or unwatching what is
+// not, changes nothing.
 type Bus interface {
 	PublishConversation(conversationID string, data []byte) error
 	PublishUser(userID string, data []byte) error
+	WatchConversation(conversationID string)
+	UnwatchConversation(conversationID string)
+	WatchUser(userID string)
+	UnwatchUser(userID string)
 }
 
 // Conn is one live connection of a user.
@@ -129,6 +136,10 @@ type Service struct {
 	// registry of who is online on this node.
 	hub *hub.Hub[Conn, *onlineUser]
 	log zerolog.Logger
+
+	// interest serializes, per conversation or user id, the subscriptions that follow the hub's
+	// changes (see watch.go).
+	interest interestLocks
 
 	typing typingThrottle
 
@@ -200,14 +211,13 @@ type position struct {
 }
 
 // New returns a service, with the hub of the node's live connections that it delivers through
-// (tuned by cfg.Hub). interest (the bus) is told when the hub needs a conversation's or a user's
-// events; register the service as the bus's handler.
-func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, interest hub.Interest, log zerolog.Logger) (*Service, error) {
+// (tuned by cfg.Hub). Register it as the bus's handler.
+func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, log zerolog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, store: store, seq: seq, reads: reads, bus: bus, hub: hub.New[Conn, *onlineUser](cfg.Hub, interest),
+	s := &Service{cfg: cfg, store: store, seq: seq, reads: reads, bus: bus, hub: hub.New[Conn, *onlineUser](cfg.Hub),
 		log:        log.With().Str("component", "chat").Logger(),
 		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
@@ -218,6 +228,7 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, interest hub
 	presenceCtx, s.cancelPresence = context.WithCancel(context.Background())
 	go s.recordPresences(presenceCtx)
 	s.typing.seen = make(map[typingKey]time.Time)
+	s.interest.seed = maphash.MakeSeed()
 	return s, nil
 }
 
@@ -258,6 +269,7 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 		return 0, refuse(ErrTooManyConnections, "at most %d connections per user", s.cfg.MaxConnectionsPerUser)
 	}
 	if first {
+		s.watchUser(uid)
 		u.loadErr = s.load(ctx, uid, u)
 		close(u.loaded)
 		if u.loadErr == nil {
@@ -309,7 +321,9 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 		u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
 			readSeq: min(read, conv.LastSeq), deliveredSeq: min(max(cur.DeliveredSeq, read), conv.LastSeq),
 			hiddenSeq: cur.HiddenSeq, peer: dmPeer(conv.Kind, conv.Members, uid)}
-		s.hub.Join(uid, conv.ID, conv.LastSeq)
+		if s.hub.Join(uid, conv.ID, conv.LastSeq) {
+			s.watchConversation(conv.ID)
+		}
 		s.learnDeleted(conv.ID, conv.DeletedSeqs) // after the join, so no forget undoes it
 		s.addPeers(uid, u, conv.Kind, conv.Members)
 	}
@@ -324,6 +338,10 @@ func (s *Service) Close(c Conn) {
 	u, last := s.hub.Remove(c)
 	if !last {
 		return
+	}
+	s.watchUser(uid)
+	for _, id := range u.conversations() {
+		s.watchConversation(id)
 	}
 	// A user whose load has not finished was never queued online, and Open will not queue them now.
 	if isClosed(u.loaded) && u.loadErr == nil {

@@ -30,7 +30,7 @@ var benchFrame = []byte(`{"type":"message","conversationId":"0b6f3c2e-9d11-4f43-
 // convsOf(i) names, synced so nothing is held. The engine records metrics, as a node's does.
 func newBenchHub(b *testing.B, users int, convsOf func(i int) []string) (*hub.Hub[*countConn, struct{}], []*countConn) {
 	b.Helper()
-	e := hub.New[*countConn, struct{}](hub.Config{Metrics: hub.NewMetrics(prometheus.NewRegistry())}, &interest{})
+	e := hub.New[*countConn, struct{}](hub.Config{Metrics: hub.NewMetrics(prometheus.NewRegistry())})
 	conns := make([]*countConn, users)
 	for i := range conns {
 		c := &countConn{user: "user" + strconv.Itoa(i)}

@@ -47,17 +47,6 @@ type Conn interface {
 	PushEphemeral(key string, frame []byte)
 }
 
-// Interest is told when a conversation gains its first local member and loses its last, and when
-// a user gains a first local connection and loses the last, so the node listens to their events
-// exactly while someone here needs them. Calls are made under the hub's lock of that id, in
-// order: they must not block for long and must not call back into the hub.
-type Interest interface {
-	WatchConversation(conversationID string)
-	UnwatchConversation(conversationID string)
-	WatchUser(userID string)
-	UnwatchUser(userID string)
-}
-
 // Config tunes a Hub. Zero fields take the defaults above.
 type Config struct {
 	SyncGrace time.Duration
@@ -72,13 +61,17 @@ type Config struct {
 // registry of who is online here, under one shard set. It is safe for concurrent use; deliveries
 // of one conversation are serialized by that conversation's lock, so they reach every connection
 // in the order they were delivered.
+//
+// The hub reports, and does not act on, the interest its changes make: Add says whether a user's
+// first connection came, Remove whether their last went, Join and Leave whether a route changed.
+// Whoever drives it subscribes to the events that interest needs (see Watching), outside any of
+// the hub's locks.
 type Hub[C Conn, U any] struct {
-	cfg      Config
-	interest Interest
-	seed     maphash.Seed
-	users    [shards]userShard[C, U]
-	convs    [shards]convShard[C]
-	conns    atomic.Int64
+	cfg   Config
+	seed  maphash.Seed
+	users [shards]userShard[C, U]
+	convs [shards]convShard[C]
+	conns atomic.Int64
 }
 
 type userShard[C Conn, U any] struct {
@@ -135,15 +128,15 @@ type heldPush struct {
 	frame          []byte
 }
 
-// New returns a hub that tells interest when ids come and go.
-func New[C Conn, U any](cfg Config, interest Interest) *Hub[C, U] {
+// New returns a hub.
+func New[C Conn, U any](cfg Config) *Hub[C, U] {
 	if cfg.SyncGrace <= 0 {
 		cfg.SyncGrace = DefaultSyncGrace
 	}
 	if cfg.MaxHeld <= 0 {
 		cfg.MaxHeld = DefaultMaxHeld
 	}
-	e := &Hub[C, U]{cfg: cfg, interest: interest, seed: maphash.MakeSeed()}
+	e := &Hub[C, U]{cfg: cfg, seed: maphash.MakeSeed()}
 	for i := range e.users {
 		e.users[i].m = make(map[string]*userEntry[C, U])
 		e.convs[i].m = make(map[string]*convEntry[C])
@@ -175,7 +168,6 @@ func (e *Hub[C, U]) Add(c C, limit int, fresh U) (state U, first, ok bool) {
 	if !known {
 		u = &userEntry[C, U]{conns: make(map[*connState[C]]struct{}), convs: make(map[string]struct{}), state: fresh}
 		us.m[uid] = u
-		e.interest.WatchUser(uid)
 	}
 	cs := &connState[C]{conn: c, sent: make(map[string]int64), holding: true, maxHeld: e.cfg.MaxHeld,
 		metrics: e.cfg.Metrics}
@@ -198,7 +190,6 @@ func (e *Hub[C, U]) attach(convID string, lastSeq int64, conns ...*connState[C])
 	if !ok {
 		c = &convEntry[C]{conns: newConnSet[C](), delivered: lastSeq}
 		s.m[convID] = c
-		e.interest.WatchConversation(convID)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -225,7 +216,6 @@ func (e *Hub[C, U]) detach(convID string, conns map[*connState[C]]struct{}) {
 	if c.conns.len() == 0 {
 		c.gone = true
 		delete(s.m, convID)
-		e.interest.UnwatchConversation(convID)
 	}
 }
 
@@ -260,11 +250,21 @@ func (e *Hub[C, U]) Remove(c C) (state U, last bool) {
 		return u.state, false
 	}
 	delete(us.m, uid)
-	e.interest.UnwatchUser(uid)
 	return u.state, true
 }
 
-// User returns the state of a user connected here, and false for a user who is not.
+// Watching reports whether a conversation has a member connected here: whether its events are
+// needed here now.
+func (e *Hub[C, U]) Watching(convID string) bool {
+	s := e.convShard(convID)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.m[convID]
+	return ok
+}
+
+// User returns the state of a user connected here, and false for a user who is not: whether the
+// user's events are needed here now.
 func (e *Hub[C, U]) User(userID string) (state U, ok bool) {
 	us := e.userShard(userID)
 	us.mu.RLock()

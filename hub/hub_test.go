@@ -84,39 +84,12 @@ func (c *conn) seqs(conv string) []int64 {
 	return out
 }
 
-// interest records the hub's watch calls.
-type interest struct {
-	mu    sync.Mutex
-	calls []string
-}
-
-func (i *interest) record(s string) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.calls = append(i.calls, s)
-}
-func (i *interest) WatchConversation(id string)   { i.record("watch conversation " + id) }
-func (i *interest) UnwatchConversation(id string) { i.record("unwatch conversation " + id) }
-func (i *interest) WatchUser(id string)           { i.record("watch user " + id) }
-func (i *interest) UnwatchUser(id string)         { i.record("unwatch user " + id) }
-
-// take returns the calls since the last take.
-func (i *interest) take() []string {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	out := i.calls
-	i.calls = nil
-	slices.Sort(out) // calls on one id are ordered; across ids (a map's order) they are not
-	return out
-}
-
-func newHub(t *testing.T, cfg hub.Config) (*hub.Hub[*conn, string], *interest) {
+func newHub(t *testing.T, cfg hub.Config) *hub.Hub[*conn, string] {
 	t.Helper()
 	if cfg.SyncGrace == 0 {
 		cfg.SyncGrace = time.Minute // released by Sync only, unless a test says otherwise
 	}
-	in := &interest{}
-	return hub.New[*conn, string](cfg, in), in
+	return hub.New[*conn, string](cfg)
 }
 
 // add registers a connection and routes convs (id to last seq) to its user, as the chat service
@@ -139,45 +112,53 @@ func live(t *testing.T, e *hub.Hub[*conn, string], c *conn, convs map[string]int
 	return first
 }
 
-// TestInterest: a conversation is watched on its first local member and unwatched with its last,
-// a user on their first connection and with their last, once each; Add and Remove say whether a
-// connection was the user's first or last.
+// TestInterest: Add and Remove say whether a connection was its user's first or last here, Join
+// and Leave whether a route changed; Watching says whether a conversation has a member here, and
+// User whether a user has a connection here: what the driver subscribes to.
 func TestInterest(t *testing.T) {
-	e, in := newHub(t, hub.Config{})
+	e := newHub(t, hub.Config{})
 	a1, a2, b1 := newConn("a"), newConn("a"), newConn("b")
 	steps := []struct {
 		name string
 		do   func() bool
 		want bool
-		// calls made, sorted
-		calls []string
+		// what is watched after the step: conversations, then users
+		convs, users string
 	}{
-		{"a's first connection", func() bool { return live(t, e, a1, map[string]int64{"x": 0, "y": 3}) }, true,
-			[]string{"watch conversation x", "watch conversation y", "watch user a"}},
-		{"a's second connection gets a's routes", func() bool { return live(t, e, a2, nil) }, false, nil},
-		{"b joins x through his first connection", func() bool { return live(t, e, b1, map[string]int64{"x": 0}) }, true,
-			[]string{"watch user b"}},
-		{"b joins z", func() bool { return e.Join("b", "z", 0) }, true, []string{"watch conversation z"}},
-		{"b joins z again", func() bool { return e.Join("b", "z", 0) }, false, nil},
-		{"nobody here joins", func() bool { return e.Join("nobody", "w", 0) }, false, nil},
-		{"a joins z", func() bool { return e.Join("a", "z", 0) }, true, nil},
-		{"b leaves z", func() bool { return e.Leave("b", "z") }, true, nil},
-		{"b leaves z again", func() bool { return e.Leave("b", "z") }, false, nil},
-		{"a leaves z, its last member", func() bool { return e.Leave("a", "z") }, true, []string{"unwatch conversation z"}},
-		{"a leaves what a is not in", func() bool { return e.Leave("a", "w") }, false, nil},
-		{"a's first connection closes", func() bool { _, last := e.Remove(a1); return last }, false, nil},
-		{"a's second connection closes", func() bool { _, last := e.Remove(a2); return last }, true,
-			[]string{"unwatch conversation y", "unwatch user a"}},
-		{"a's connection closes twice", func() bool { _, last := e.Remove(a2); return last }, false, nil},
-		{"b's last connection closes", func() bool { _, last := e.Remove(b1); return last }, true,
-			[]string{"unwatch conversation x", "unwatch user b"}},
+		{"a's first connection", func() bool { return live(t, e, a1, map[string]int64{"x": 0, "y": 3}) }, true, "x y", "a"},
+		{"a's second connection gets a's routes", func() bool { return live(t, e, a2, nil) }, false, "x y", "a"},
+		{"b joins x through his first connection", func() bool { return live(t, e, b1, map[string]int64{"x": 0}) }, true, "x y", "a b"},
+		{"b joins z", func() bool { return e.Join("b", "z", 0) }, true, "x y z", "a b"},
+		{"b joins z again", func() bool { return e.Join("b", "z", 0) }, false, "x y z", "a b"},
+		{"nobody here joins", func() bool { return e.Join("nobody", "w", 0) }, false, "x y z", "a b"},
+		{"a joins z", func() bool { return e.Join("a", "z", 0) }, true, "x y z", "a b"},
+		{"b leaves z", func() bool { return e.Leave("b", "z") }, true, "x y z", "a b"},
+		{"b leaves z again", func() bool { return e.Leave("b", "z") }, false, "x y z", "a b"},
+		{"a leaves z, its last member", func() bool { return e.Leave("a", "z") }, true, "x y", "a b"},
+		{"a leaves what a is not in", func() bool { return e.Leave("a", "w") }, false, "x y", "a b"},
+		{"a's first connection closes", func() bool { _, last := e.Remove(a1); return last }, false, "x y", "a b"},
+		{"a's second connection closes", func() bool { _, last := e.Remove(a2); return last }, true, "x", "b"},
+		{"a's connection closes twice", func() bool { _, last := e.Remove(a2); return last }, false, "x", "b"},
+		{"b's last connection closes", func() bool { _, last := e.Remove(b1); return last }, true, "", ""},
+	}
+	watched := func(ids []string, watching func(string) bool) string {
+		var out []string
+		for _, id := range ids {
+			if watching(id) {
+				out = append(out, id)
+			}
+		}
+		return strings.Join(out, " ")
 	}
 	for _, st := range steps {
 		if got := st.do(); got != st.want {
 			t.Errorf("%s: returned %v, want %v", st.name, got, st.want)
 		}
-		if calls := in.take(); !slices.Equal(calls, st.calls) {
-			t.Errorf("%s: interest got %q, want %q", st.name, calls, st.calls)
+		if got := watched([]string{"w", "x", "y", "z"}, e.Watching); got != st.convs {
+			t.Errorf("%s: conversations watched %q, want %q", st.name, got, st.convs)
+		}
+		if got := watched([]string{"a", "b", "nobody"}, func(id string) bool { _, ok := e.User(id); return ok }); got != st.users {
+			t.Errorf("%s: users watched %q, want %q", st.name, got, st.users)
 		}
 	}
 	if n := e.Connections(); n != 0 {
@@ -192,7 +173,7 @@ func TestInterest(t *testing.T) {
 // and User see, until the last connection closes and it is dropped with the user; a user at the
 // connection limit is refused and nothing changes.
 func TestUserState(t *testing.T) {
-	e, _ := newHub(t, hub.Config{})
+	e := newHub(t, hub.Config{})
 	a1, a2, a3 := newConn("a"), newConn("a"), newConn("a")
 	if st, first, ok := e.Add(a1, 2, "first state"); !ok || !first || st != "first state" {
 		t.Fatalf("first connection: state %q, first %v, ok %v", st, first, ok)
@@ -227,7 +208,7 @@ func TestUserState(t *testing.T) {
 // TestDeliverMessage: each connection gets each seq once and in order; a seq not above the one
 // delivered is dropped; a conversation with no member here gets nothing.
 func TestDeliverMessage(t *testing.T) {
-	e, _ := newHub(t, hub.Config{})
+	e := newHub(t, hub.Config{})
 	a1, a2, b := newConn("a"), newConn("a"), newConn("b")
 	live(t, e, a1, map[string]int64{"x": 0, "y": 5})
 	live(t, e, a2, nil)
@@ -285,7 +266,7 @@ func TestDeliverMessage(t *testing.T) {
 // grace ends, and nothing before.
 func TestHeldUntilGrace(t *testing.T) {
 	const grace = 100 * time.Millisecond
-	e, _ := newHub(t, hub.Config{SyncGrace: grace})
+	e := newHub(t, hub.Config{SyncGrace: grace})
 	c := newConn("a")
 	added := time.Now()
 	add(e, c, map[string]int64{"x": 0})
@@ -315,7 +296,7 @@ func TestHeldUntilGrace(t *testing.T) {
 // TestSyncReplaysThenReleases: a sync's replay goes first, then the pushes held meanwhile, with
 // no seq twice; a second sync repeats nothing.
 func TestSyncReplaysThenReleases(t *testing.T) {
-	e, _ := newHub(t, hub.Config{})
+	e := newHub(t, hub.Config{})
 	c := newConn("a")
 	add(e, c, map[string]int64{"x": 2, "y": 0})
 	for seq := int64(3); seq <= 6; seq++ { // live while not synced: held
@@ -390,7 +371,7 @@ func TestSyncReplaysThenReleases(t *testing.T) {
 // TestMaxHeld: what is held for a connection that has not synced is bounded; past the bound
 // pushes are dropped (the client fills the gap from history), later ones flow after the sync.
 func TestMaxHeld(t *testing.T) {
-	e, _ := newHub(t, hub.Config{MaxHeld: 3})
+	e := newHub(t, hub.Config{MaxHeld: 3})
 	c := newConn("a")
 	add(e, c, map[string]int64{"x": 0})
 	for seq := int64(1); seq <= 10; seq++ {
@@ -412,7 +393,7 @@ func TestMaxHeld(t *testing.T) {
 // TestEphemeralToConversation: with a position, a key's frames only move forward; skipUser's
 // connections get none; without a position every frame goes.
 func TestEphemeralToConversation(t *testing.T) {
-	e, _ := newHub(t, hub.Config{})
+	e := newHub(t, hub.Config{})
 	a, b1, b2 := newConn("a"), newConn("b"), newConn("b")
 	for _, c := range []*conn{a, b1, b2} {
 		live(t, e, c, map[string]int64{"x": 0})
@@ -458,7 +439,7 @@ func TestEphemeralToConversation(t *testing.T) {
 // TestGraceTimersDoNotLeak: connections that come and go, synced or not, leave no goroutine; a
 // grace that fires for a connection that is gone pushes nothing.
 func TestGraceTimersDoNotLeak(t *testing.T) {
-	e, _ := newHub(t, hub.Config{SyncGrace: time.Millisecond})
+	e := newHub(t, hub.Config{SyncGrace: time.Millisecond})
 	var conns []*conn
 	for i := range 1000 {
 		c := newConn("u" + strconv.Itoa(i%10))
@@ -493,7 +474,7 @@ func TestConcurrentChurn(t *testing.T) {
 		churnOps  = 400
 		perStayer = 4 // conversations each stayer is in
 	)
-	e, _ := newHub(t, hub.Config{SyncGrace: time.Millisecond, MaxHeld: 1 << 20})
+	e := newHub(t, hub.Config{SyncGrace: time.Millisecond, MaxHeld: 1 << 20})
 	conv := func(i int) string { return "c" + strconv.Itoa(i) }
 
 	type stayer struct {
@@ -609,7 +590,7 @@ func TestConcurrentChurn(t *testing.T) {
 // TestLeaveWhileHeld: pushes held for a connection of a conversation its user then leaves are
 // not given to it when the hold ends, since the user no longer gets that conversation's messages.
 func TestLeaveWhileHeld(t *testing.T) {
-	e, _ := newHub(t, hub.Config{})
+	e := newHub(t, hub.Config{})
 	c := newConn("a")
 	add(e, c, map[string]int64{"x": 0, "y": 0})
 	e.DeliverMessage("x", 1, msg("x", 1), time.Time{})
@@ -642,7 +623,7 @@ func (c *orderConn) PushEphemeral(string, []byte)           {}
 // order they joined it, also after others left in between and more joined, because that walk is
 // cheaper for the CPU than a random one (see connSet).
 func TestDeliveryWalksConnectionsInJoinOrder(t *testing.T) {
-	e := hub.New[*orderConn, struct{}](hub.Config{SyncGrace: time.Minute}, &interest{})
+	e := hub.New[*orderConn, struct{}](hub.Config{SyncGrace: time.Minute})
 	var log []string
 	conns := map[string]*orderConn{}
 	var joined []string // the users in the conversation, in join order

@@ -28,7 +28,7 @@ func metric(t *testing.T, reg *prometheus.Registry, name string) promtest.Sample
 // until it is released.
 func TestMetricsCountDeliveries(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	e, _ := newHub(t, hub.Config{Metrics: hub.NewMetrics(reg)})
+	e := newHub(t, hub.Config{Metrics: hub.NewMetrics(reg)})
 	a1, a2, b := newConn("a"), newConn("a"), newConn("b")
 	live(t, e, a1, map[string]int64{"x": 0})
 	live(t, e, a2, nil)

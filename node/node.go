@@ -234,7 +234,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	n.bus = bus.New(bus.Config{SubjectPrefix: cmp.Or(cfg.Sequencer.SubjectPrefix, sequencer.DefaultSubjectPrefix),
 		Metrics: bus.NewMetrics(n.metrics)}, n.nc, log)
 	cfg.Chat.Hub.Metrics = hub.NewMetrics(n.metrics)
-	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, n.bus, log)
+	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, log)
 	if err != nil {
 		return nil, err
 	}
