@@ -25,6 +25,13 @@ func PoolState(w *Writers) (workers, queued int) {
 	return len(w.workers), w.queue.len()
 }
 
+// QueuedBytes reports the bytes of must-deliver frames waiting for s's writer.
+func (s *Session) QueuedBytes() int {
+	s.out.mu.Lock()
+	defer s.out.mu.Unlock()
+	return s.out.pushBytes + s.out.replyBytes
+}
+
 // EphemeralDropped reports how many ephemeral frames s coalesced into a newer one or dropped.
 func (s *Session) EphemeralDropped() int64 {
 	s.out.mu.Lock()

@@ -144,9 +144,12 @@ func (s *Session) graceExpired() {
 }
 
 // cutSlowConsumer closes the session of a client that cannot take what it must receive, and
-// logs and counts the cut once, whichever of Push and the grace timer finds it first.
+// logs and counts the cut once, whichever of Push and the grace timer finds it first. What waits
+// for the client is let go at once: a cut client syncs from history when it reconnects, and its
+// writer, blocked in a write it does not read, may hold on until WriteTimeout.
 func (s *Session) cutSlowConsumer(queued int, behind time.Duration) {
 	if s.closeWith(StatusSlowConsumer, "slow consumer: write queue full") {
+		s.out.discard()
 		s.cfg.Metrics.slowConsumerCut()
 		s.cutLog(StatusSlowConsumer).Int("queuedBytes", queued).Dur("behind", behind).
 			Msg("slow consumer: write queue full; closing")
@@ -367,10 +370,17 @@ func (q *outbox) takeEphemeral() ([]byte, bool) {
 func (q *outbox) discard() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	// A frame the writer holds is counted until written says so, as it always is.
+	for f, ok := q.must.pop(); ok; f, ok = q.must.pop() {
+		if f.push {
+			q.pushBytes -= len(f.data)
+		} else {
+			q.replyBytes -= len(f.data)
+		}
+	}
 	q.must = fifo[outFrame]{}
 	q.ephOrder = fifo[*ephFrame]{}
 	q.eph = nil
-	q.pushBytes, q.replyBytes = 0, 0
 }
 
 // fifo is a queue in a slice that grows with use and is let go when it empties.

@@ -347,6 +347,11 @@ func TestSlowConsumerIsCutWithoutAnotherPush(t *testing.T) {
 	if d := time.Since(start); d < grace {
 		t.Fatalf("cut %v after the queue went over the limit; want no sooner than the grace (%v)", d, grace)
 	}
+	// The writer is still blocked in a write the client does not read (WriteTimeout is far off),
+	// and what waited for the client is let go with the cut, not when that write gives up.
+	if n := c.sess.QueuedBytes(); n > len(frame) {
+		t.Fatalf("%d bytes still queued for a client cut for not reading; want at most the frame being written (%d)", n, len(frame))
+	}
 	c.read() // the client comes back and is told why it was cut
 	c.closedWith(session.StatusSlowConsumer)
 	receive(t, "the cut session to end", srv.handler.closed)
