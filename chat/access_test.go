@@ -30,86 +30,86 @@ func TestRefusals(t *testing.T) {
 		{"send by a non-member", func(ctx context.Context, s *Service) error {
 			_, err := s.Send(ctx, "carol", SendRequest{ConversationID: dm, ClientMsgID: "c1", Body: "hi"})
 			return err
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"send to no such conversation", func(ctx context.Context, s *Service) error {
 			_, err := s.Send(ctx, "carol", SendRequest{ConversationID: "nope", ClientMsgID: "c2", Body: "hi"})
 			return err
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"history of a non-member", func(ctx context.Context, s *Service) error {
 			_, err := s.History(ctx, "carol", dm, Anchor{}, 10)
 			return err
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"read by a connected non-member", func(ctx context.Context, s *Service) error {
 			return s.Read(ctx, "carol", dm, 1)
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"read over HTTP by a non-member", func(ctx context.Context, s *Service) error {
 			return s.Read(ctx, "erin", dm, 1)
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"read over HTTP of no such conversation", func(ctx context.Context, s *Service) error {
 			return s.Read(ctx, "erin", "nope", 1)
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"receipts of a non-member", func(ctx context.Context, s *Service) error {
 			_, err := s.Receipts(ctx, "carol", dm, 1)
 			return err
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"typing by a non-member", func(_ context.Context, s *Service) error {
 			return s.Typing("carol", dm)
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"delete by a non-member", func(ctx context.Context, s *Service) error {
 			return s.DeleteMessage(ctx, "carol", dm, 1)
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"hide by a non-member", func(ctx context.Context, s *Service) error {
 			return s.HideConversation(ctx, "carol", dm)
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"a non-member adds herself", func(ctx context.Context, s *Service) error {
 			return s.AddMembers(ctx, "carol", group, []string{"carol"})
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"a non-member removes a member", func(ctx context.Context, s *Service) error {
 			return s.RemoveMember(ctx, "carol", group, "bob")
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"a non-member leaves", func(ctx context.Context, s *Service) error {
 			return s.RemoveMember(ctx, "carol", group, "carol")
-		}, ErrNotMember},
+		}, protocol.ErrNotMember},
 		{"delete another member's message", func(ctx context.Context, s *Service) error {
 			return s.DeleteMessage(ctx, "bob", dm, 1)
-		}, ErrForbidden},
+		}, protocol.ErrForbidden},
 		{"delete a seq that does not exist", func(ctx context.Context, s *Service) error {
 			return s.DeleteMessage(ctx, "alice", dm, 99)
-		}, ErrNotFound},
+		}, protocol.ErrNotFound},
 		{"receipts of a seq that does not exist", func(ctx context.Context, s *Service) error {
 			_, err := s.Receipts(ctx, "alice", dm, 99)
 			return err
-		}, ErrNotFound},
+		}, protocol.ErrNotFound},
 		{"a non-creator removes someone else", func(ctx context.Context, s *Service) error {
 			return s.RemoveMember(ctx, "bob", group, "alice")
-		}, ErrForbidden},
+		}, protocol.ErrForbidden},
 		{"the creator removes a non-member", func(ctx context.Context, s *Service) error {
 			return s.RemoveMember(ctx, "alice", group, "carol")
-		}, ErrNotFound},
+		}, protocol.ErrNotFound},
 		{"add members to a DM", func(ctx context.Context, s *Service) error {
 			return s.AddMembers(ctx, "alice", dm, []string{"carol"})
-		}, ErrForbidden},
+		}, protocol.ErrForbidden},
 		{"remove a member of a DM", func(ctx context.Context, s *Service) error {
 			return s.RemoveMember(ctx, "alice", dm, "bob")
-		}, ErrForbidden},
+		}, protocol.ErrForbidden},
 		{"leave a DM", func(ctx context.Context, s *Service) error {
 			return s.RemoveMember(ctx, "alice", dm, "alice")
-		}, ErrForbidden},
+		}, protocol.ErrForbidden},
 		{"a DM with yourself", func(ctx context.Context, s *Service) error {
 			_, err := s.OpenDM(ctx, "alice", "alice")
 			return err
-		}, ErrInvalid},
+		}, protocol.ErrInvalid},
 		{"a DM with an unknown user", func(ctx context.Context, s *Service) error {
 			_, err := s.OpenDM(ctx, "alice", "ghost")
 			return err
-		}, ErrNotFound},
+		}, protocol.ErrNotFound},
 		{"a group with an unknown user", func(ctx context.Context, s *Service) error {
 			_, err := s.CreateGroup(ctx, "alice", "x", []string{"bob", "ghost"})
 			return err
-		}, ErrNotFound},
+		}, protocol.ErrNotFound},
 		{"add an unknown user", func(ctx context.Context, s *Service) error {
 			return s.AddMembers(ctx, "alice", group, []string{"carol", "ghost"})
-		}, ErrNotFound},
+		}, protocol.ErrNotFound},
 	}
 
 	before := map[*fakeConn]int{alice: alice.count(), bob: bob.count(), carol: carol.count()}
@@ -121,9 +121,9 @@ func TestRefusals(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
-			var refusal *Error
+			var refusal *protocol.Error
 			if !errors.As(err, &refusal) {
-				t.Fatalf("%v is not a *chat.Error, so it cannot be mapped to a wire code", err)
+				t.Fatalf("%v is not a *protocol.Error, so it would be answered as internal", err)
 			}
 		})
 	}
@@ -181,7 +181,7 @@ func TestRefusalsAllowMembers(t *testing.T) {
 		{"add", func(ctx context.Context, s *Service) error { return s.AddMembers(ctx, "bob", group, []string{"carol"}) }},
 		{"delete own message", func(ctx context.Context, s *Service) error { return s.DeleteMessage(ctx, "alice", dm, 1) }},
 		{"delete it twice", func(ctx context.Context, s *Service) error {
-			if err := s.DeleteMessage(ctx, "alice", dm, 1); !errors.Is(err, ErrForbidden) {
+			if err := s.DeleteMessage(ctx, "alice", dm, 1); !errors.Is(err, protocol.ErrForbidden) {
 				return errors.New("deleting a tombstone again: want forbidden, got " + errString(err))
 			}
 			return nil
@@ -252,8 +252,8 @@ func TestTooManyConnections(t *testing.T) {
 		conns = append(conns, ts.connect("alice"))
 	}
 	extra := &fakeConn{user: "alice"}
-	if _, err := ts.svc.Open(ts.ctx, extra); !errors.Is(err, ErrTooManyConnections) {
-		t.Fatalf("fourth connection: got %v, want ErrTooManyConnections", err)
+	if _, err := ts.svc.Open(ts.ctx, extra); !errors.Is(err, protocol.ErrRateLimited) {
+		t.Fatalf("fourth connection: got %v, want protocol.ErrRateLimited", err)
 	}
 	if got := ts.hub.Connections(); got != 3 {
 		t.Fatalf("a refused connection was registered: %d connections, want 3", got)
@@ -274,13 +274,13 @@ func TestRemovedElsewhere(t *testing.T) {
 	if err := ts.store.RemoveMember(ts.ctx, group, "bob"); err != nil { // the event is lost
 		t.Fatal(err)
 	}
-	if _, err := ts.svc.History(ts.ctx, "bob", group, Anchor{}, 10); !errors.Is(err, ErrNotMember) {
-		t.Errorf("history: got %v, want ErrNotMember", err)
+	if _, err := ts.svc.History(ts.ctx, "bob", group, Anchor{}, 10); !errors.Is(err, protocol.ErrNotMember) {
+		t.Errorf("history: got %v, want protocol.ErrNotMember", err)
 	}
-	if err := ts.svc.HideConversation(ts.ctx, "bob", group); !errors.Is(err, ErrNotMember) {
-		t.Errorf("hide: got %v, want ErrNotMember", err)
+	if err := ts.svc.HideConversation(ts.ctx, "bob", group); !errors.Is(err, protocol.ErrNotMember) {
+		t.Errorf("hide: got %v, want protocol.ErrNotMember", err)
 	}
-	if _, err := ts.svc.Send(ts.ctx, "bob", SendRequest{ConversationID: group, ClientMsgID: "b", Body: "hi"}); !errors.Is(err, ErrNotMember) {
-		t.Errorf("send: got %v, want ErrNotMember (the sequencer knows)", err)
+	if _, err := ts.svc.Send(ts.ctx, "bob", SendRequest{ConversationID: group, ClientMsgID: "b", Body: "hi"}); !errors.Is(err, protocol.ErrNotMember) {
+		t.Errorf("send: got %v, want protocol.ErrNotMember (the sequencer knows)", err)
 	}
 }

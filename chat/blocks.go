@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 )
 
@@ -48,11 +49,11 @@ func dmPeer(kind string, members []string, self string) string {
 // an unknown target is not found.
 func (s *Service) Block(ctx context.Context, userID, target string) error {
 	if target == userID {
-		return refuse(ErrInvalid, "you cannot block yourself")
+		return protocol.Refuse(protocol.ErrInvalid, "you cannot block yourself")
 	}
 	_, err := s.store.User(ctx, target)
 	if errors.Is(err, storage.ErrNotFound) {
-		return refuse(ErrNotFound, noSuchUser, target)
+		return protocol.Refuse(protocol.ErrNotFound, noSuchUser, target)
 	}
 	if err != nil {
 		return fmt.Errorf("look up user %s: %w", target, err)
@@ -68,7 +69,7 @@ func (s *Service) Block(ctx context.Context, userID, target string) error {
 // is gone) is no error.
 func (s *Service) Unblock(ctx context.Context, userID, target string) error {
 	if target == userID {
-		return refuse(ErrInvalid, "you cannot unblock yourself")
+		return protocol.Refuse(protocol.ErrInvalid, "you cannot unblock yourself")
 	}
 	if err := s.store.Unblock(ctx, userID, target); err != nil {
 		return fmt.Errorf("unblock %s for %s: %w", target, userID, err)
@@ -124,15 +125,15 @@ func (s *Service) forgetAllBlocks() {
 // checkDMSend refuses a send of userID in a DM with a block between its members.
 func (s *Service) checkDMSend(ctx context.Context, userID, convID string) error {
 	blocked, err := s.dmBlocked(ctx, userID, convID)
-	if errors.Is(err, ErrNotMember) {
+	if errors.Is(err, protocol.ErrNotMember) {
 		return err
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Str("conversation", convID).Msg("check blocks before a send")
-		return refuse(ErrUnavailable, "message not stored; retry with the same clientMsgId")
+		return protocol.Refuse(protocol.ErrUnavailable, "message not stored; retry with the same clientMsgId")
 	}
 	if blocked {
-		return refuse(ErrForbidden, "you cannot send to this user: a block stands between you")
+		return protocol.Refuse(protocol.ErrForbidden, "you cannot send to this user: a block stands between you")
 	}
 	return nil
 }
@@ -142,13 +143,13 @@ func (s *Service) checkDMSend(ctx context.Context, userID, convID string) error 
 func (s *Service) dmBlocked(ctx context.Context, userID, convID string) (bool, error) {
 	u := s.online(userID)
 	if u == nil {
-		return false, errNotMember
+		return false, protocol.ErrNotMember
 	}
 	u.mu.Lock()
 	p, ok := u.positions[convID]
 	if !ok {
 		u.mu.Unlock()
-		return false, errNotMember
+		return false, protocol.ErrNotMember
 	}
 	state, peer, gen := p.block, p.peer, u.blockGen
 	u.mu.Unlock()
@@ -205,8 +206,8 @@ func (s *Service) refuseBlocked(ctx context.Context, userID string, with []strin
 	}
 	for _, w := range with {
 		if slices.Contains(mine, w) {
-			return refuse(ErrForbidden, "you blocked %s: unblock them to %s", w, what)
+			return protocol.Refuse(protocol.ErrForbidden, "you blocked %s: unblock them to %s", w, what)
 		}
 	}
-	return refuse(ErrNotFound, noSuchUser, with[0])
+	return protocol.Refuse(protocol.ErrNotFound, noSuchUser, with[0])
 }

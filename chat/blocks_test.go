@@ -41,8 +41,8 @@ func wantKind(t *testing.T, what string, err, kind error) {
 
 func TestBlockIsListedIdempotentAndUndone(t *testing.T) {
 	ts := newTestService(t)
-	wantKind(t, "block yourself", ts.svc.Block(ts.ctx, "alice", "alice"), ErrInvalid)
-	wantKind(t, "block an unknown user", ts.svc.Block(ts.ctx, "alice", "ghost"), ErrNotFound)
+	wantKind(t, "block yourself", ts.svc.Block(ts.ctx, "alice", "alice"), protocol.ErrInvalid)
+	wantKind(t, "block an unknown user", ts.svc.Block(ts.ctx, "alice", "ghost"), protocol.ErrNotFound)
 	ts.block("alice", "carol")
 	ts.block("alice", "bob")
 	ts.block("alice", "bob") // twice is fine
@@ -65,9 +65,9 @@ func TestBlockStopsOpeningTheDMEitherWay(t *testing.T) {
 	bob := ts.connect("bob")
 	ts.block("alice", "bob")
 	_, err := ts.svc.OpenDM(ts.ctx, "bob", "alice")
-	wantKind(t, "the blocked user opens the DM", err, ErrNotFound)
+	wantKind(t, "the blocked user opens the DM", err, protocol.ErrNotFound)
 	_, err = ts.svc.OpenDM(ts.ctx, "alice", "bob")
-	wantKind(t, "the blocker opens the DM", err, ErrForbidden)
+	wantKind(t, "the blocker opens the DM", err, protocol.ErrForbidden)
 	if n := ts.store.conversations(); n != 0 {
 		t.Fatalf("%d conversations stored; want none", n)
 	}
@@ -90,8 +90,8 @@ func TestBlockedUserHearsWhatAGoneAccountGets(t *testing.T) {
 	g := ts.group("bob", "carol")
 	sameAsGone := func(what string, blockedErr, goneErr error) {
 		t.Helper()
-		wantKind(t, what, blockedErr, ErrNotFound)
-		wantKind(t, what+" (no such account)", goneErr, ErrNotFound)
+		wantKind(t, what, blockedErr, protocol.ErrNotFound)
+		wantKind(t, what+" (no such account)", goneErr, protocol.ErrNotFound)
 		if got, want := blockedErr.Error(), strings.ReplaceAll(goneErr.Error(), "ghost", "alice"); got != want {
 			t.Fatalf("%s: the blocked user hears %q; an account that is gone gives %q", what, got, want)
 		}
@@ -105,7 +105,7 @@ func TestBlockedUserHearsWhatAGoneAccountGets(t *testing.T) {
 	sameAsGone("add to a group", ts.svc.AddMembers(ts.ctx, "bob", g, []string{"alice"}), ts.svc.AddMembers(ts.ctx, "bob", g, []string{"ghost"}))
 
 	_, err := ts.svc.OpenDM(ts.ctx, "alice", "bob")
-	wantKind(t, "the blocker opens the DM", err, ErrForbidden)
+	wantKind(t, "the blocker opens the DM", err, protocol.ErrForbidden)
 	if !strings.Contains(err.Error(), "you blocked bob") {
 		t.Fatalf("the blocker hears %q; want it to say they blocked bob", err)
 	}
@@ -120,16 +120,16 @@ func TestBlockStopsAddingToGroups(t *testing.T) {
 	ts.block("alice", "bob")
 
 	_, err := ts.svc.CreateGroup(ts.ctx, "bob", "x", []string{"carol", "alice"})
-	wantKind(t, "the blocked user creates a group with the blocker", err, ErrNotFound)
+	wantKind(t, "the blocked user creates a group with the blocker", err, protocol.ErrNotFound)
 	_, err = ts.svc.CreateGroup(ts.ctx, "alice", "x", []string{"bob"})
-	wantKind(t, "the blocker creates a group with the blocked user", err, ErrForbidden)
+	wantKind(t, "the blocker creates a group with the blocked user", err, protocol.ErrForbidden)
 	if n := ts.store.conversations(); n != 1 {
 		t.Fatalf("%d conversations stored; want only the group from before", n)
 	}
 
 	g := ts.group("bob", "carol")
 	before := len(ts.store.messages(g))
-	wantKind(t, "the blocked user adds the blocker", ts.svc.AddMembers(ts.ctx, "bob", g, []string{"dave", "alice"}), ErrNotFound)
+	wantKind(t, "the blocked user adds the blocker", ts.svc.AddMembers(ts.ctx, "bob", g, []string{"dave", "alice"}), protocol.ErrNotFound)
 	if c, _ := ts.store.conv(g); c.IsMember("alice") || c.IsMember("dave") || len(ts.store.messages(g)) != before {
 		t.Fatalf("a refused add changed the group: members %v, %d messages (was %d)", c.Members, len(ts.store.messages(g)), before)
 	}
@@ -153,8 +153,8 @@ func TestBlockStopsSendsInTheDM(t *testing.T) {
 	ts.block("alice", "bob")
 	alice.forget()
 
-	wantKind(t, "the blocked user sends", ts.sendErr("bob", dm, "are you there?"), ErrForbidden)
-	wantKind(t, "the blocker sends", ts.sendErr("alice", dm, "go away"), ErrForbidden)
+	wantKind(t, "the blocked user sends", ts.sendErr("bob", dm, "are you there?"), protocol.ErrForbidden)
+	wantKind(t, "the blocker sends", ts.sendErr("alice", dm, "go away"), protocol.ErrForbidden)
 	if got := ts.store.messages(dm); len(got) != 1 {
 		t.Fatalf("%d messages stored; want only the one from before the block", len(got))
 	}
@@ -191,7 +191,7 @@ func TestDMSendReadsTheBlockOncePerChange(t *testing.T) {
 	}
 	ts.block("alice", "bob")
 	for range 3 {
-		wantKind(t, "send after the block", ts.sendErr("bob", dm, "m"), ErrForbidden)
+		wantKind(t, "send after the block", ts.sendErr("bob", dm, "m"), protocol.ErrForbidden)
 	}
 	if n := ts.store.lookups() - start; n != 2 {
 		t.Fatalf("sends around one block looked up %d times; want 2", n)
@@ -214,13 +214,13 @@ func TestBlockMadeOnAnotherNodeArrivesByEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts.svc.HandleUserEvent("bob", ev)
-	wantKind(t, "send after the event", ts.sendErr("bob", dm, "after"), ErrForbidden)
+	wantKind(t, "send after the event", ts.sendErr("bob", dm, "after"), protocol.ErrForbidden)
 
 	// An unblock whose event was lost with a NATS blip is caught by the resync.
 	if err := ts.store.Unblock(ts.ctx, "alice", "bob"); err != nil {
 		t.Fatal(err)
 	}
-	wantKind(t, "send before the resync", ts.sendErr("bob", dm, "still cached"), ErrForbidden)
+	wantKind(t, "send before the resync", ts.sendErr("bob", dm, "still cached"), protocol.ErrForbidden)
 	ts.svc.Resync(ts.ctx)
 	ts.send("bob", dm, "after the resync")
 }
@@ -242,7 +242,7 @@ func TestBlockDuringTheLookupIsNotLost(t *testing.T) {
 	}
 	ts.store.mu.Unlock()
 	ts.send("bob", dm, "raced with the block") // concurrent with it: may pass
-	wantKind(t, "the next send", ts.sendErr("bob", dm, "after the block"), ErrForbidden)
+	wantKind(t, "the next send", ts.sendErr("bob", dm, "after the block"), protocol.ErrForbidden)
 }
 
 // TestBlockAppliesHereAtOnce: on the node where the block is made, the next send is refused
@@ -255,7 +255,7 @@ func TestBlockAppliesHereAtOnce(t *testing.T) {
 	ts.send("bob", dm, "cached as clear")
 	ts.bus.hold()
 	ts.block("alice", "bob")
-	wantKind(t, "send while the event is held", ts.sendErr("bob", dm, "m"), ErrForbidden)
+	wantKind(t, "send while the event is held", ts.sendErr("bob", dm, "m"), protocol.ErrForbidden)
 	ts.unblock("alice", "bob")
 	ts.send("bob", dm, "unblocked while the event is held")
 	ts.bus.release()

@@ -52,29 +52,16 @@ func (s *Service) change(ctx context.Context, userID string, req sequencer.SendR
 	req.SenderID = userID
 	req.ClientMsgID = uuid.NewString() // a retry of this request to a busy owner is made once
 	_, err := s.seq.Send(ctx, req)
-	if r := ownerRefusal(err); r != nil {
-		return r
-	}
+	var refusal *protocol.Error
 	switch {
-	case errors.Is(err, sequencer.ErrNotMember):
-		return errNotMember
-	case errors.Is(err, sequencer.ErrUnavailable):
+	case errors.Is(err, protocol.ErrUnavailable):
 		s.log.Warn().Err(err).Str("conversation", req.ConversationID).Msg("change not acknowledged")
-		return refuse(ErrUnavailable, "message not changed; try again")
+		return protocol.Refuse(protocol.ErrUnavailable, "message not changed; try again")
+	case errors.As(err, &refusal):
+		// The owner's word, with its reason: not a member, no such message, not allowed, a limit.
+		return refusal
 	case err != nil:
 		return fmt.Errorf("%s message %s/%d: %w", req.Op, req.ConversationID, req.Seq, err)
-	}
-	return nil
-}
-
-// ownerRefusal is the refusal of a change or a reply by the conversation's owner as the service
-// reports it, with the owner's reason; nil when err is not one.
-func ownerRefusal(err error) error {
-	for _, kinds := range [][2]error{{sequencer.ErrNotFound, ErrNotFound}, {message.ErrForbidden, ErrForbidden},
-		{message.ErrLimit, ErrLimit}} {
-		if errors.Is(err, kinds[0]) {
-			return refuse(kinds[1], "%s", err.Error())
-		}
 	}
 	return nil
 }
@@ -90,7 +77,7 @@ func (s *Service) Reactions(ctx context.Context, userID, convID string, seq int6
 		return nil, fmt.Errorf("load message %s/%d: %w", convID, seq, err)
 	}
 	if len(msgs) == 0 {
-		return nil, refuse(ErrNotFound, "no message %d in this conversation", seq)
+		return nil, protocol.Refuse(protocol.ErrNotFound, "no message %d in this conversation", seq)
 	}
 	return message.Reactors(msgs[0], userID), nil
 }

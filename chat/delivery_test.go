@@ -3,13 +3,12 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/chatd/chatd/protocol"
-	"github.com/chatd/chatd/sequencer"
 )
 
 // TestSendDeliversOncePerDevice: a member's send is acked with the next seq and moves the
@@ -89,24 +88,30 @@ func TestSendDeliversOncePerDevice(t *testing.T) {
 }
 
 // TestSendRefusedAfterSequencerRefuses: the sequencer's word on membership is final (the owner
-// may know of a removal before this node does), and an unavailable sequencer is a retryable
-// refusal; neither moves the sender's cursor.
+// may know of a removal before this node does) and reaches the client as the owner gave it, as
+// does its refusal of a reply to no message; an unavailable sequencer is a retryable refusal that
+// says to retry with the same clientMsgId. None moves the sender's cursor.
 func TestSendRefusedAfterSequencerRefuses(t *testing.T) {
 	ts := newTestService(t)
 	ts.connect("alice")
 	dm := ts.dm("alice", "bob")
 	for _, tc := range []struct {
-		fail, want error
+		fail error
+		want protocol.Error // as the error frame carries it
 	}{
-		{sequencer.ErrNotMember, ErrNotMember},
-		{sequencer.ErrUnavailable, ErrUnavailable},
+		{&protocol.Error{Code: protocol.CodeNotMember, Message: protocol.ErrNotMember.Message},
+			protocol.Error{Code: protocol.CodeNotMember, Message: "no such conversation, or you are not a member"}},
+		{protocol.Refuse(protocol.ErrNotFound, "no message 9 in this conversation"),
+			protocol.Error{Code: protocol.CodeNotFound, Message: "no message 9 in this conversation"}},
+		{fmt.Errorf("request chat.seq.3: %w (nats: timeout)", protocol.ErrUnavailable),
+			protocol.Error{Code: protocol.CodeUnavailable, Message: "message not stored; retry with the same clientMsgId", Retryable: true}},
 	} {
 		ts.sender.mu.Lock()
 		ts.sender.fail = tc.fail
 		ts.sender.mu.Unlock()
 		_, err := ts.svc.Send(ts.ctx, "alice", SendRequest{ConversationID: dm, ClientMsgID: "x", Body: "hi"})
-		if !errors.Is(err, tc.want) {
-			t.Errorf("sequencer says %v: got %v, want %v", tc.fail, err, tc.want)
+		if got := protocol.AsError(err); *got != tc.want {
+			t.Errorf("sequencer says %v: got %+v, want %+v", tc.fail, *got, tc.want)
 		}
 	}
 	if got := ts.reads.advanced(); len(got) > 0 {

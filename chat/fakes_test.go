@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -613,7 +612,7 @@ func (f *fakeStore) changeMessage(req sequencer.SendRequest) (storage.Message, *
 	}
 	c, msgs := f.convs[req.ConversationID], f.msgs[req.ConversationID]
 	if req.Seq < 1 || req.Seq > int64(len(msgs)) {
-		return storage.Message{}, nil, fmt.Errorf("no message %d: %w", req.Seq, sequencer.ErrNotFound)
+		return storage.Message{}, nil, protocol.Refuse(protocol.ErrNotFound, "no message %d in this conversation", req.Seq)
 	}
 	m := &msgs[req.Seq-1]
 	changed, err := message.Apply(m, req.MessageChange(), c.LastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
@@ -647,7 +646,7 @@ func (f *fakeStore) ChangedMessages(_ context.Context, conversationID string, af
 func (f *fakeStore) checkSenderLocked(req sequencer.SendRequest) error {
 	c, ok := f.convs[req.ConversationID]
 	if !ok || (req.Kind != protocol.KindSystem && !c.IsMember(req.SenderID)) {
-		return sequencer.ErrNotMember
+		return protocol.ErrNotMember
 	}
 	return nil
 }

@@ -21,13 +21,13 @@ func (s *Service) group(ctx context.Context, userID, convID string) (storage.Con
 	}
 	c, err := s.store.Conversation(ctx, convID)
 	if errors.Is(err, storage.ErrNotFound) {
-		return storage.Conversation{}, errNotMember
+		return storage.Conversation{}, protocol.ErrNotMember
 	}
 	if err != nil {
 		return storage.Conversation{}, fmt.Errorf("load conversation %s: %w", convID, err)
 	}
 	if c.Kind != storage.KindGroup {
-		return storage.Conversation{}, refuse(ErrForbidden, "members of a DM cannot change")
+		return storage.Conversation{}, protocol.Refuse(protocol.ErrForbidden, "members of a DM cannot change")
 	}
 	return c, nil
 }
@@ -38,7 +38,10 @@ func (s *Service) announce(ctx context.Context, convID, actor, body string) (pro
 	m, err := s.seq.Send(ctx, sequencer.SendRequest{ConversationID: convID, SenderID: actor, ClientMsgID: uuid.NewString(),
 		Kind: protocol.KindSystem, Body: body, Reload: true})
 	if err != nil {
-		return protocol.Message{}, fmt.Errorf("announce in %s: %w", convID, err)
+		// The change is stored and only its announcement failed: a retry of the request would
+		// find nothing to change and announce nothing, so this is a failure (internal), not a
+		// refusal the client may retry. The owner's refusal (%v, not %w) stays in the log only.
+		return protocol.Message{}, fmt.Errorf("announce in %s: %v", convID, err)
 	}
 	return m, nil
 }
@@ -64,7 +67,7 @@ func (s *Service) AddMembers(ctx context.Context, userID, convID string, members
 		return fmt.Errorf("look up members: %w", err)
 	}
 	if len(missing) > 0 {
-		return refuse(ErrNotFound, noSuchUser, missing[0])
+		return protocol.Refuse(protocol.ErrNotFound, noSuchUser, missing[0])
 	}
 	if err := s.checkAdd(ctx, userID, added); err != nil {
 		return err
@@ -94,10 +97,10 @@ func (s *Service) RemoveMember(ctx context.Context, userID, convID, target strin
 		return err
 	}
 	if target != userID && c.CreatedBy != userID {
-		return refuse(ErrForbidden, "only the group's creator can remove members")
+		return protocol.Refuse(protocol.ErrForbidden, "only the group's creator can remove members")
 	}
 	if !c.IsMember(target) {
-		return refuse(ErrNotFound, "%s is not in this group", target)
+		return protocol.Refuse(protocol.ErrNotFound, "%s is not in this group", target)
 	}
 	if err := s.store.RemoveMember(ctx, convID, target); err != nil {
 		return fmt.Errorf("remove %s from %s: %w", target, convID, err)

@@ -121,8 +121,8 @@ func TestRemoveMember(t *testing.T) {
 			t.Errorf("bob's connection %d got seqs %v, want only [1] from before his removal", i, got)
 		}
 	}
-	if _, err := ts.svc.Send(ts.ctx, "bob", SendRequest{ConversationID: group, ClientMsgID: "b1", Body: "hi"}); !errors.Is(err, ErrNotMember) {
-		t.Errorf("a removed member's send: got %v, want ErrNotMember", err)
+	if _, err := ts.svc.Send(ts.ctx, "bob", SendRequest{ConversationID: group, ClientMsgID: "b1", Body: "hi"}); !errors.Is(err, protocol.ErrNotMember) {
+		t.Errorf("a removed member's send: got %v, want protocol.ErrNotMember", err)
 	}
 	for _, c := range []*fakeConn{alice, carol} {
 		if got := c.seqs(t, group); !slices.Equal(got, []int64{1, 2, 3}) {

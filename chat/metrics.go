@@ -1,7 +1,7 @@
 package chat
 
 import (
-	"errors"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,28 +10,17 @@ import (
 	"github.com/chatd/chatd/protocol"
 )
 
-// failureCodes maps the kinds of refusal to the wire codes the server answers them with (see
-// server/router.go), the values of chatd_sends_failed_total's code label; any other error is
-// answered as internal. A fixed set, so the label's cardinality stays bounded. It is kept here
-// rather than read from the server, which imports this package.
-var failureCodes = []struct {
-	kind error
-	code string
-}{
-	{ErrNotMember, protocol.CodeNotMember},
-	{ErrNotFound, protocol.CodeNotFound},
-	{ErrForbidden, protocol.CodeForbidden},
-	{ErrInvalid, protocol.CodeInvalidField},
-	{ErrUnavailable, protocol.CodeUnavailable},
-	{ErrTooManyConnections, protocol.CodeRateLimited},
-}
+// failureCodes are the values of chatd_sends_failed_total's code label: the wire codes a send
+// can be refused with, and internal for any other error. A fixed set, so the label's cardinality
+// stays bounded.
+var failureCodes = []string{protocol.CodeNotMember, protocol.CodeNotFound, protocol.CodeForbidden,
+	protocol.CodeInvalidField, protocol.CodeUnavailable, protocol.CodeRateLimited, protocol.CodeInternal}
 
-// failureCode is the wire code of an error of the service.
+// failureCode is the wire code an error of the service is answered with (protocol.AsError), or
+// internal for one outside failureCodes.
 func failureCode(err error) string {
-	for _, f := range failureCodes {
-		if errors.Is(err, f.kind) {
-			return f.code
-		}
+	if code := protocol.AsError(err).Code; slices.Contains(failureCodes, code) {
+		return code
 	}
 	return protocol.CodeInternal
 }
@@ -99,11 +88,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "chatd_sends_failed_total",
 		Help: "Sends answered with an error, by the wire code of the error (unavailable is retryable with the same clientMsgId).",
 	}, []string{"code"})
-	codes := []string{protocol.CodeInternal}
-	for _, fc := range failureCodes {
-		codes = append(codes, fc.code)
-	}
-	for _, c := range codes { // every series exists from the start, so rate() sees the first failure
+	for _, c := range failureCodes { // every series exists from the start, so rate() sees the first failure
 		m.sendsFailed[c] = failed.WithLabelValues(c)
 	}
 	return m

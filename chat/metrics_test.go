@@ -61,7 +61,7 @@ func TestMetricsCountSends(t *testing.T) {
 		}, 2, protocol.CodeNotMember, 2},
 		{"a send the sequencer could not take", func() error {
 			ts.sender.mu.Lock()
-			ts.sender.fail = fmt.Errorf("owner moving: %w", sequencer.ErrUnavailable)
+			ts.sender.fail = fmt.Errorf("owner moving: %w", protocol.ErrUnavailable)
 			ts.sender.mu.Unlock()
 			defer func() {
 				ts.sender.mu.Lock()
@@ -101,12 +101,12 @@ func TestFailureCodesMatchTheWire(t *testing.T) {
 		err  error
 		code string
 	}{
-		{errNotMember, protocol.CodeNotMember},
-		{refuse(ErrNotFound, "no such user"), protocol.CodeNotFound},
-		{refuse(ErrForbidden, "blocked"), protocol.CodeForbidden},
-		{refuse(ErrInvalid, "bad"), protocol.CodeInvalidField},
-		{refuse(ErrUnavailable, "retry"), protocol.CodeUnavailable},
-		{refuse(ErrTooManyConnections, "cap"), protocol.CodeRateLimited},
+		{protocol.ErrNotMember, protocol.CodeNotMember},
+		{protocol.Refuse(protocol.ErrNotFound, "no such user"), protocol.CodeNotFound},
+		{protocol.Refuse(protocol.ErrForbidden, "blocked"), protocol.CodeForbidden},
+		{protocol.Refuse(protocol.ErrInvalid, "bad"), protocol.CodeInvalidField},
+		{protocol.Refuse(protocol.ErrUnavailable, "retry"), protocol.CodeUnavailable},
+		{protocol.Refuse(protocol.ErrRateLimited, "cap"), protocol.CodeRateLimited},
 		{fmt.Errorf("send to x: %w", errors.New("store down")), protocol.CodeInternal},
 	} {
 		if got := failureCode(tc.err); got != tc.code {
@@ -127,8 +127,8 @@ func TestMetricsCountHistoryPages(t *testing.T) {
 	if _, err := ts.svc.History(ts.ctx, "alice", dm, Anchor{}, 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.svc.History(ts.ctx, "carol", dm, Anchor{}, 10); !errors.Is(err, ErrNotMember) {
-		t.Fatalf("a non-member's page: %v, want %v", err, ErrNotMember)
+	if _, err := ts.svc.History(ts.ctx, "carol", dm, Anchor{}, 10); !errors.Is(err, protocol.ErrNotMember) {
+		t.Fatalf("a non-member's page: %v, want %v", err, protocol.ErrNotMember)
 	}
 	if got := metric(t, reg, "chatd_history_pages_total").Value; got != 1 {
 		t.Errorf("chatd_history_pages_total = %v, want 1", got)

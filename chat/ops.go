@@ -63,15 +63,15 @@ func (s *Service) send(ctx context.Context, userID string, req SendRequest) (pro
 		Body:           req.Body,
 		ReplyTo:        req.ReplyTo,
 	})
-	if r := ownerRefusal(err); r != nil { // a reply to a message that does not exist
-		return protocol.Message{}, r
-	}
+	var refusal *protocol.Error
 	switch {
-	case errors.Is(err, sequencer.ErrNotMember):
-		return protocol.Message{}, errNotMember
-	case errors.Is(err, sequencer.ErrUnavailable):
+	case errors.Is(err, protocol.ErrUnavailable):
 		s.log.Warn().Err(err).Str("conversation", req.ConversationID).Msg("send not acknowledged")
-		return protocol.Message{}, refuse(ErrUnavailable, "message not stored; retry with the same clientMsgId")
+		return protocol.Message{}, protocol.Refuse(protocol.ErrUnavailable, "message not stored; retry with the same clientMsgId")
+	case errors.As(err, &refusal):
+		// The owner's word: not a member (it may know of a removal before this node does), or a
+		// reply to a message that does not exist.
+		return protocol.Message{}, refusal
 	case err != nil:
 		return protocol.Message{}, fmt.Errorf("send to %s: %w", req.ConversationID, err)
 	}
@@ -94,7 +94,7 @@ func (s *Service) hidesReceipts(userID string) bool {
 // OpenDM opens (or finds) the one DM of userID and peer, unless a block stands between them.
 func (s *Service) OpenDM(ctx context.Context, userID, peer string) (protocol.Conversation, error) {
 	if peer == userID {
-		return protocol.Conversation{}, refuse(ErrInvalid, "a DM needs another user")
+		return protocol.Conversation{}, protocol.Refuse(protocol.ErrInvalid, "a DM needs another user")
 	}
 	if err := s.checkDMOpen(ctx, userID, peer); err != nil {
 		return protocol.Conversation{}, err
@@ -127,7 +127,7 @@ func (s *Service) createConversation(ctx context.Context, userID string, c stora
 		return protocol.Conversation{}, fmt.Errorf("look up members: %w", err)
 	}
 	if len(missing) > 0 {
-		return protocol.Conversation{}, refuse(ErrNotFound, noSuchUser, missing[0])
+		return protocol.Conversation{}, protocol.Refuse(protocol.ErrNotFound, noSuchUser, missing[0])
 	}
 	stored, err := s.store.EnsureConversation(ctx, c)
 	if err != nil {
@@ -291,7 +291,7 @@ func (s *Service) checkedPosition(ctx context.Context, userID, convID string) (p
 	}
 	conv, err := s.conversation(ctx, convID)
 	if errors.Is(err, storage.ErrNotFound) || (err == nil && !conv.IsMember(userID)) {
-		return position{}, 0, errNotMember // removed, and this node has not heard yet
+		return position{}, 0, protocol.ErrNotMember // removed, and this node has not heard yet
 	}
 	if err != nil {
 		return position{}, 0, fmt.Errorf("load conversation %s: %w", convID, err)
@@ -352,7 +352,7 @@ func (s *Service) Read(ctx context.Context, userID, convID string, seq int64) er
 		// The user has no connection here: ask the store.
 		conv, cerr := s.store.Conversation(ctx, convID)
 		if errors.Is(cerr, storage.ErrNotFound) || (cerr == nil && !conv.IsMember(userID)) {
-			return errNotMember
+			return protocol.ErrNotMember
 		}
 		if cerr != nil {
 			return fmt.Errorf("load conversation %s: %w", convID, cerr)
@@ -391,13 +391,13 @@ func (s *Service) Read(ctx context.Context, userID, convID string, seq int64) er
 func (s *Service) Delivered(userID, convID string, seq int64) error {
 	u := s.online(userID)
 	if u == nil {
-		return errNotMember
+		return protocol.ErrNotMember
 	}
 	u.mu.Lock()
 	p, ok := u.positions[convID]
 	if !ok {
 		u.mu.Unlock()
-		return errNotMember
+		return protocol.ErrNotMember
 	}
 	seq = min(seq, s.lastSeq(convID, *p))
 	if seq <= max(p.deliveredSeq, p.readSeq) {
@@ -440,7 +440,7 @@ func (s *Service) Receipts(ctx context.Context, userID, convID string, seq int64
 		return Receipts{}, fmt.Errorf("load message %s/%d: %w", convID, seq, err)
 	}
 	if len(msgs) == 0 {
-		return Receipts{}, refuse(ErrNotFound, "no message %d in this conversation", seq)
+		return Receipts{}, protocol.Refuse(protocol.ErrNotFound, "no message %d in this conversation", seq)
 	}
 	sender := msgs[0].SenderID
 	if err := s.reads.FlushConversation(ctx, convID); err != nil {

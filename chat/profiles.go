@@ -19,11 +19,11 @@ import (
 func (s *Service) SetName(ctx context.Context, userID, name string) error {
 	clean, err := protocol.DisplayName(name)
 	if err != nil {
-		return refuse(ErrInvalid, "%s", err.Error())
+		return protocol.Refuse(protocol.ErrInvalid, "%s", err.Error())
 	}
 	if err := s.store.SetName(ctx, userID, clean); err != nil {
 		if errors.Is(err, storage.ErrNotFound) { // deleted meanwhile: its sockets are closing
-			return refuse(ErrNotFound, "no such account")
+			return protocol.Refuse(protocol.ErrNotFound, "no such account")
 		}
 		return fmt.Errorf("store name of %s: %w", userID, err)
 	}

@@ -28,7 +28,7 @@ func TestSetNameReachesOwnDevicesAndPeers(t *testing.T) {
 	if got := carol.ofType(t, protocol.TypeProfile); len(got) != 0 {
 		t.Errorf("carol, who shares nothing with alice, got %+v", got)
 	}
-	wantKind(t, "a name with a direction override", ts.svc.SetName(ts.ctx, "alice", "\u202eecilA"), ErrInvalid)
+	wantKind(t, "a name with a direction override", ts.svc.SetName(ts.ctx, "alice", "\u202eecilA"), protocol.ErrInvalid)
 
 	profiles, err := ts.svc.Profiles(ts.ctx, []string{"bob", "nobody", "alice", "bob"})
 	if err != nil {

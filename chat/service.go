@@ -1,8 +1,10 @@
 // Package chat is the chat service: every operation a user can do (send, edit, react, delete,
 // open a DM, create a group, change members, list, sync, page history, read, receipts, typing,
-// hide, privacy, account deletion, badge) as a plain method that takes the caller's user id and returns values or
-// errors of the kinds below. The WebSocket router and the HTTP API both call it; neither holds
-// chat logic. It keeps, for the users connected to this node, their read positions in memory, and
+// hide, privacy, account deletion, badge) as a plain method that takes the caller's user id and
+// returns values or refusals: *protocol.Error, of the kinds protocol declares
+// (protocol.ErrNotMember, ...), which the session answers as they are; any other error is a
+// failure, answered as internal. The WebSocket router and the HTTP API both call it; neither
+// holds chat logic. It keeps, for the users connected to this node, their read positions in memory, and
 // it turns the events of the bus into frames that the hub delivers. Every state change
 // reaches a device by one path, applied idempotently (positions only move forward), so one change
 // is one frame per device. Sends and changes of stored messages go through the sequencer; the
@@ -11,7 +13,6 @@ package chat
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -24,36 +25,6 @@ import (
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
 )
-
-// Kinds of refusal; callers branch on them with errors.Is and map them to wire codes.
-var (
-	ErrNotMember = errors.New("no such conversation, or you are not a member")
-	ErrNotFound  = errors.New("not found")
-	ErrForbidden = errors.New("forbidden")
-	ErrInvalid   = errors.New("invalid request")
-	// ErrLimit refuses a change that would pass a bound on a message's state (its reactions).
-	ErrLimit = errors.New("limit exceeded")
-	// ErrUnavailable means nothing was stored: the owner is moving or the store is down. Retrying
-	// a send with the same clientMsgId is safe.
-	ErrUnavailable = errors.New("unavailable, retry")
-	// ErrTooManyConnections refuses a connection past the per-user cap.
-	ErrTooManyConnections = errors.New("too many connections")
-)
-
-// Error is a refusal of one kind with a message for the user.
-type Error struct {
-	Kind    error
-	Message string
-}
-
-func (e *Error) Error() string { return e.Message }
-func (e *Error) Unwrap() error { return e.Kind }
-
-func refuse(kind error, format string, args ...any) error {
-	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
-}
-
-var errNotMember = &Error{Kind: ErrNotMember, Message: ErrNotMember.Error()}
 
 // noSuchUser is the refusal for naming a user who does not exist or whose account is gone, and,
 // word for word, for a user who blocks the asker (see blocks.go).
@@ -238,7 +209,7 @@ func (s *Service) online(userID string) *onlineUser {
 	return u
 }
 
-// positionOf returns a copy of a member's position, or errNotMember.
+// positionOf returns a copy of a member's position, or protocol.ErrNotMember.
 func (s *Service) positionOf(userID, convID string) (position, error) {
 	if u := s.online(userID); u != nil {
 		u.mu.Lock()
@@ -247,7 +218,7 @@ func (s *Service) positionOf(userID, convID string) (position, error) {
 			return *p, nil
 		}
 	}
-	return position{}, errNotMember
+	return position{}, protocol.ErrNotMember
 }
 
 // lastSeq is the highest seq of a conversation known here, given a member's position in it.
@@ -266,7 +237,7 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 	// The user's events are heard from here on.
 	u, first, ok := s.hub.Add(c, s.cfg.MaxConnectionsPerUser, fresh)
 	if !ok {
-		return 0, refuse(ErrTooManyConnections, "at most %d connections per user", s.cfg.MaxConnectionsPerUser)
+		return 0, protocol.Refuse(protocol.ErrRateLimited, "at most %d connections per user", s.cfg.MaxConnectionsPerUser)
 	}
 	if first {
 		s.watchUser(uid)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 )
 
@@ -183,7 +184,7 @@ func (s *Service) admitSyncRange(ctx context.Context) (release func(), err error
 	release, err = s.syncReadSlot(ctx)
 	if err != nil {
 		// Whoever still waits for the read has waited its whole timeout: the store is swamped.
-		return nil, &Error{Kind: ErrUnavailable, Message: "the store is busy with reconnecting clients; retry"}
+		return nil, protocol.Refuse(protocol.ErrUnavailable, "the store is busy with reconnecting clients; retry")
 	}
 	return release, nil
 }

@@ -13,7 +13,6 @@
 package message
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -30,15 +29,6 @@ const (
 	OpUnreact = "unreact"
 )
 
-// Errors Apply refuses a change with besides its own; the error's text says why, for the user.
-var (
-	// ErrForbidden means the user may not make this change: not their message, a tombstone, a
-	// system message.
-	ErrForbidden = errors.New("change not allowed")
-	// ErrLimit means the change would pass a bound on the message's reactions.
-	ErrLimit = errors.New("reaction limit")
-)
-
 // Change is one change a user asks of a stored message.
 type Change struct {
 	// Op is one of OpEdit, OpDelete, OpReact and OpUnreact.
@@ -51,38 +41,26 @@ type Change struct {
 	Emoji string
 }
 
-// refusal is a change refused for a reason the user is told.
-type refusal struct {
-	kind   error
-	reason string
-}
-
-func (r *refusal) Error() string { return r.reason }
-func (r *refusal) Unwrap() error { return r.kind }
-
-func refuse(kind error, format string, args ...any) error {
-	return &refusal{kind: kind, reason: fmt.Sprintf(format, args...)}
-}
-
 // Apply checks change c against the stored message m and makes it in m, giving m version when it
 // changes anything. It reports false, with no error, for a change that changes nothing: an edit
 // to the same text, a reaction already there, one taken away that was not. Only text messages
 // change: system messages and tombstones refuse every change. A deletion leaves a tombstone that
 // keeps only what never changes (conversation, seq, sender, time, clientMsgId). Reactions stay
 // within protocol.MaxReactionKinds emoji per message and protocol.MaxReactionsPerUser per member.
-// A refusal is ErrForbidden or ErrLimit (errors.Is) with the reason as its text.
+// A refusal is a *protocol.Error of kind protocol.ErrForbidden or protocol.ErrLimit whose
+// message says why, for the user; any other error is a bug of the caller (an unknown op).
 func Apply(m *storage.Message, c Change, version int64, at time.Time) (bool, error) {
 	if m.Kind != protocol.KindText {
 		what := "a system message"
 		if m.Kind == protocol.KindDeleted {
 			what = "deleted"
 		}
-		return false, refuse(ErrForbidden, "message %d is %s and cannot change", m.Seq, what)
+		return false, protocol.Refuse(protocol.ErrForbidden, "message %d is %s and cannot change", m.Seq, what)
 	}
 	switch c.Op {
 	case OpEdit, OpDelete:
 		if m.SenderID != c.UserID {
-			return false, refuse(ErrForbidden, "message %d is not yours to %s", m.Seq, c.Op)
+			return false, protocol.Refuse(protocol.ErrForbidden, "message %d is not yours to %s", m.Seq, c.Op)
 		}
 		if c.Op == OpDelete {
 			*m = storage.Message{ConversationID: m.ConversationID, Seq: m.Seq, SenderID: m.SenderID,
@@ -125,11 +103,11 @@ func addReaction(m *storage.Message, user, emoji string) (bool, error) {
 		}
 	}
 	if mine >= protocol.MaxReactionsPerUser {
-		return false, refuse(ErrLimit, "you have %d reactions on this message, the most there may be", mine)
+		return false, protocol.Refuse(protocol.ErrLimit, "you have %d reactions on this message, the most there may be", mine)
 	}
 	if at < 0 {
 		if len(m.Reactions) >= protocol.MaxReactionKinds {
-			return false, refuse(ErrLimit, "this message has %d different reactions, the most there may be", len(m.Reactions))
+			return false, protocol.Refuse(protocol.ErrLimit, "this message has %d different reactions, the most there may be", len(m.Reactions))
 		}
 		m.Reactions = append(slices.Clone(m.Reactions), storage.Reaction{Emoji: emoji})
 		at = len(m.Reactions) - 1

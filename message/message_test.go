@@ -45,8 +45,8 @@ func TestApply(t *testing.T) {
 		m       storage.Message
 		c       message.Change
 		changed bool
-		kind    error  // the refusal, nil when none
-		reason  string // the refusal's text, told to the user
+		kind    *protocol.Error // the refusal, nil when none
+		reason  string          // the refusal's text, told to the user
 		check   func(t *testing.T, m storage.Message)
 	}{
 		{name: "the sender edits", m: text(), c: message.Change{Op: message.OpEdit, UserID: "alice", Body: "hello again"},
@@ -57,9 +57,9 @@ func TestApply(t *testing.T) {
 			}},
 		{name: "an edit to the same text", m: text(), c: message.Change{Op: message.OpEdit, UserID: "alice", Body: "hello"}},
 		{name: "another member edits", m: text(), c: message.Change{Op: message.OpEdit, UserID: "bob", Body: "mine now"},
-			kind: message.ErrForbidden, reason: "message 3 is not yours to edit"},
+			kind: protocol.ErrForbidden, reason: "message 3 is not yours to edit"},
 		{name: "another member deletes", m: text(), c: message.Change{Op: message.OpDelete, UserID: "bob"},
-			kind: message.ErrForbidden, reason: "message 3 is not yours to delete"},
+			kind: protocol.ErrForbidden, reason: "message 3 is not yours to delete"},
 		{name: "the sender deletes", m: text(), c: message.Change{Op: message.OpDelete, UserID: "alice"},
 			changed: true, check: func(t *testing.T, m storage.Message) {
 				want := storage.Message{ConversationID: "c", Seq: 3, SenderID: "alice", Kind: protocol.KindDeleted,
@@ -69,11 +69,11 @@ func TestApply(t *testing.T) {
 				}
 			}},
 		{name: "a tombstone refuses an edit", m: deleted, c: message.Change{Op: message.OpEdit, UserID: "alice", Body: "back"},
-			kind: message.ErrForbidden, reason: "message 3 is deleted and cannot change"},
+			kind: protocol.ErrForbidden, reason: "message 3 is deleted and cannot change"},
 		{name: "a tombstone refuses a reaction", m: deleted, c: message.Change{Op: message.OpReact, UserID: "bob", Emoji: "👍"},
-			kind: message.ErrForbidden, reason: "message 3 is deleted and cannot change"},
+			kind: protocol.ErrForbidden, reason: "message 3 is deleted and cannot change"},
 		{name: "a system message refuses a reaction", m: system, c: message.Change{Op: message.OpReact, UserID: "bob", Emoji: "👍"},
-			kind: message.ErrForbidden, reason: "message 3 is a system message and cannot change"},
+			kind: protocol.ErrForbidden, reason: "message 3 is a system message and cannot change"},
 		{name: "a new emoji", m: text(), c: message.Change{Op: message.OpReact, UserID: "carol", Emoji: "🎉"},
 			changed: true, check: wantReactions("👍:bob 🎉:carol")},
 		{name: "a second member's same emoji", m: text(), c: message.Change{Op: message.OpReact, UserID: "carol", Emoji: "👍"},
@@ -83,10 +83,10 @@ func TestApply(t *testing.T) {
 			c: message.Change{Op: message.OpReact, UserID: "bob", Emoji: "new"}, changed: true},
 		{name: "a member's reaction past the limit", m: reacted("bob", protocol.MaxReactionsPerUser),
 			c:    message.Change{Op: message.OpReact, UserID: "bob", Emoji: "new"},
-			kind: message.ErrLimit, reason: fmt.Sprintf("you have %d reactions on this message, the most there may be", protocol.MaxReactionsPerUser)},
+			kind: protocol.ErrLimit, reason: fmt.Sprintf("you have %d reactions on this message, the most there may be", protocol.MaxReactionsPerUser)},
 		{name: "an emoji past the message's limit", m: reacted("dave", protocol.MaxReactionKinds),
 			c:    message.Change{Op: message.OpReact, UserID: "bob", Emoji: "new"},
-			kind: message.ErrLimit, reason: fmt.Sprintf("this message has %d different reactions, the most there may be", protocol.MaxReactionKinds)},
+			kind: protocol.ErrLimit, reason: fmt.Sprintf("this message has %d different reactions, the most there may be", protocol.MaxReactionKinds)},
 		{name: "an emoji already there at the message's limit", m: reacted("dave", protocol.MaxReactionKinds),
 			c: message.Change{Op: message.OpReact, UserID: "bob", Emoji: "a0"}, changed: true},
 		{name: "the last user of an emoji takes it away", m: text(), c: message.Change{Op: message.OpUnreact, UserID: "bob", Emoji: "👍"},
@@ -100,7 +100,7 @@ func TestApply(t *testing.T) {
 			switch {
 			case tc.kind == nil && err != nil:
 				t.Fatalf("refused: %v", err)
-			case tc.kind != nil && (!errors.Is(err, tc.kind) || err.Error() != tc.reason):
+			case tc.kind != nil && (!errors.Is(err, tc.kind) || protocol.AsError(err).Message != tc.reason):
 				t.Fatalf("got %v, want %v saying %q", err, tc.kind, tc.reason)
 			case changed != tc.changed:
 				t.Fatalf("changed %v, want %v", changed, tc.changed)
@@ -118,10 +118,12 @@ func TestApply(t *testing.T) {
 	}
 }
 
+// TestApplyRefusesAnUnknownChangeAsNoRefusal: an unknown op is the caller's bug, answered as
+// internal, not a refusal with a code the user would be told.
 func TestApplyRefusesAnUnknownChangeAsNoRefusal(t *testing.T) {
 	m := text()
 	_, err := message.Apply(&m, message.Change{Op: "pin", UserID: "alice"}, 5, edited)
-	if err == nil || errors.Is(err, message.ErrForbidden) || errors.Is(err, message.ErrLimit) {
+	if err == nil || protocol.AsError(err).Code != protocol.CodeInternal {
 		t.Fatalf("got %v, want an error that is not a refusal for the user", err)
 	}
 }

@@ -130,20 +130,29 @@ func TestChangesReachAMemberOnAnotherNode(t *testing.T) {
 		t.Errorf("history has the reply's quote as %+v; want alice's message shown as deleted, no text", q)
 	}
 	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm, Seq: 1, Body: "back"})
-	wantCode(t, "an edit after the delete", err, protocol.CodeForbidden)
+	wantRefusal(t, "an edit after the delete", err, protocol.CodeForbidden, "message 1 is deleted and cannot change")
 	_, err = bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: dm, Seq: 1, Emoji: "😮"})
-	wantCode(t, "a reaction to a deleted message", err, protocol.CodeForbidden)
+	wantRefusal(t, "a reaction to a deleted message", err, protocol.CodeForbidden, "message 1 is deleted and cannot change")
 	_, err = bob.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm, Seq: 2, Body: "x"})
 	if err != nil {
 		t.Errorf("bob editing his own reply: %v", err)
 	}
 	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm, Seq: 2, Body: "x"})
-	wantCode(t, "alice editing bob's message", err, protocol.CodeForbidden)
+	wantRefusal(t, "alice editing bob's message", err, protocol.CodeForbidden, "message 2 is not yours to edit")
 	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm, Seq: 9, Body: "x"})
-	wantCode(t, "an edit of a seq that does not exist", err, protocol.CodeNotFound)
+	wantRefusal(t, "an edit of a seq that does not exist", err, protocol.CodeNotFound, "no message 9 in this conversation")
 	_, err = alice.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSend, ConversationID: dm,
 		ClientMsgID: "6a4b3c2d-1e0f-4a9b-8c7d-6e5f4a3b2c1d", Body: "?", ReplyTo: 9})
-	wantCode(t, "a reply to a seq that does not exist", err, protocol.CodeNotFound)
+	wantRefusal(t, "a reply to a seq that does not exist", err, protocol.CodeNotFound, "no message 9 in this conversation")
+}
+
+// wantRefusal checks that err is the error frame a user gets: code, the owner's reason word for
+// word, and not retryable (retrying the same change is refused the same way).
+func wantRefusal(t *testing.T, what string, err error, code, message string) {
+	t.Helper()
+	if pe := wantCode(t, what, err, code); pe.Message != message || pe.Retryable {
+		t.Errorf("%s: %q (retryable %v); want %q, not retryable", what, pe.Message, pe.Retryable, message)
+	}
 }
 
 // TestOfflineMemberCatchesUpOnChanges: bob holds messages 1-4 and goes offline; meanwhile alice
@@ -247,7 +256,8 @@ func TestReactionLimits(t *testing.T) {
 			t.Fatalf("alice's reaction %d: %v", i+1, err)
 		}
 	}
-	wantCode(t, "alice's 11th reaction on one message", react(alice, "a-too-many", false), protocol.CodeLimit)
+	wantRefusal(t, "alice's 11th reaction on one message", react(alice, "a-too-many", false), protocol.CodeLimit,
+		"you have 10 reactions on this message, the most there may be")
 	if err := react(alice, "a0", false); err != nil {
 		t.Errorf("repeating a reaction: %v; want ok", err)
 	}
@@ -266,7 +276,8 @@ func TestReactionLimits(t *testing.T) {
 	if err := react(carol, "c0", false); err != nil {
 		t.Errorf("carol's reaction, the 20th emoji: %v; want ok", err)
 	}
-	wantCode(t, "a 21st different emoji", react(carol, "c1", false), protocol.CodeLimit)
+	wantRefusal(t, "a 21st different emoji", react(carol, "c1", false), protocol.CodeLimit,
+		"this message has 20 different reactions, the most there may be")
 	_, err = bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: group.ID, Seq: m.Seq, Emoji: "two words"})
 	wantCode(t, "an emoji with a space", err, protocol.CodeInvalidField)
 	list, err := bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReactions, ConversationID: group.ID, Seq: m.Seq})

@@ -7,26 +7,10 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
-)
-
-// Error codes sent in error frames. They are stable: clients branch on them.
-const (
-	CodeBadFrame     = "bad_frame"      // not a JSON object, or invalid UTF-8
-	CodeUnknownType  = "unknown_type"   // a type this server does not know
-	CodeInvalidField = "invalid_field"  // a field is missing, of the wrong type or out of range
-	CodeTooLarge     = "too_large"      // the body exceeds MaxBodyBytes
-	CodeNotMember    = "not_member"     // the conversation does not exist or the user is not in it
-	CodeNotFound     = "not_found"      // the user or message does not exist
-	CodeForbidden    = "forbidden"      // the user may not do this (e.g. delete someone else's message)
-	CodeLimit        = "limit_exceeded" // a bound on the message's state (reactions) would be passed
-	CodeRateLimited  = "rate_limited"   // too many sends; retry later
-	CodeUnavailable  = "unavailable"    // a dependency is down or ownership is moving; retry with the same clientMsgId
-	CodeInternal     = "internal"       // a bug; the details are in the server log
 )
 
 // Limits on what a client frame may carry. They bound the work and memory one frame can cause.
@@ -60,42 +44,6 @@ const (
 	// MaxFoundUsers bounds the answer of find_users: a short list to pick from while typing.
 	MaxFoundUsers = 20
 )
-
-// Error is a refusal with a stable code; it becomes an error frame.
-type Error struct {
-	Code      string
-	Message   string
-	Retryable bool
-	// RetryAfter, when positive, tells the client how long to wait before retrying.
-	RetryAfter time.Duration
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-// Errorf builds an Error with a formatted message.
-func Errorf(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// AsError returns err as an *Error, or an internal error frame that hides the details.
-func AsError(err error) *Error {
-	var pe *Error
-	if errors.As(err, &pe) {
-		return pe
-	}
-	return &Error{Code: CodeInternal, Message: "internal error"}
-}
-
-// ErrorFrame builds the error frame that answers request id.
-// RetryAfter is carried as whole milliseconds, rounded up so that a client waiting that long is
-// not refused again for having retried early.
-func ErrorFrame(id string, err *Error) ServerFrame {
-	f := ServerFrame{Type: TypeError, ID: id, Code: err.Code, Message: err.Message, Retryable: err.Retryable}
-	if err.RetryAfter > 0 {
-		f.RetryAfterMs = int64((err.RetryAfter + time.Millisecond - 1) / time.Millisecond)
-	}
-	return f
-}
 
 // DecodeClientFrame parses and validates one client frame. The error is always an *Error; when
 // the frame had a readable id the returned frame carries it, so the error can answer it.

@@ -1,8 +1,6 @@
 package sequencer
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/chatd/chatd/message"
@@ -15,13 +13,6 @@ import (
 // and each gets the next change number (version) of its conversation. The rules of a change are
 // the message package's (message.Apply); the owner applies them to its batch's copy of the
 // message.
-
-// Errors a change can end with besides ErrNotMember, ErrUnavailable and the refusals of
-// message.Apply (message.ErrForbidden, message.ErrLimit); the error's text says why, for the user.
-var (
-	// ErrNotFound means the conversation has no message with that seq.
-	ErrNotFound = errors.New("no such message")
-)
 
 // Change is one change of a message as its owner publishes it on the conversation's change
 // subject, after it is stored. Version numbers a conversation's changes in the order the owner
@@ -46,19 +37,6 @@ type Change struct {
 // MessageChange is the change r asks of its message (r.Op set), as message.Apply takes it.
 func (r SendRequest) MessageChange() message.Change {
 	return message.Change{Op: r.Op, UserID: r.SenderID, Body: r.Body, Emoji: r.Emoji}
-}
-
-// refusal is a request refused for a reason the user is told.
-type refusal struct {
-	kind   error
-	reason string
-}
-
-func (r *refusal) Error() string { return r.reason }
-func (r *refusal) Unwrap() error { return r.kind }
-
-func refuse(kind error, format string, args ...any) error {
-	return &refusal{kind: kind, reason: fmt.Sprintf(format, args...)}
 }
 
 // ChangeOf is the published form of a change req made to m.

@@ -280,7 +280,7 @@ func TestMetricsCountAcksBatchesAndRetries(t *testing.T) {
 	// A sender who is not a member is answered with an error, counted by its reason.
 	_, err = seq.Send(ctx, sequencer.SendRequest{ConversationID: "c1", SenderID: "mallory", ClientMsgID: uuid.NewString(),
 		Kind: protocol.KindText, Body: "let me in"})
-	if !errors.Is(err, sequencer.ErrNotMember) {
+	if !errors.Is(err, protocol.ErrNotMember) {
 		t.Fatalf("send by a non-member: %v, want ErrNotMember", err)
 	}
 	if got := promtest.Read(t, reg, "chatd_sequencer_failures_total", "reason", "not_member").Value; got != 1 {

@@ -57,10 +57,11 @@ type conversationState struct {
 // entry is one send of a batch on its way to the store, and what became of it.
 type entry struct {
 	pending
-	msg      storage.Message
-	result   *protocol.Message
-	code     string
-	reason   string // why code is an error, one of the fail* reasons
+	msg    storage.Message
+	result *protocol.Message
+	// refused is why there is no result: a refusal for the user, or protocol.ErrUnavailable.
+	refused  *protocol.Error
+	reason   string // why refused, one of the fail* reasons
 	assigned bool   // the send was given a new seq in this batch
 	// stored is the message as it is in the store, once that is known: new, or found again for a
 	// retry. It is published even if it cannot be acked.
@@ -68,8 +69,6 @@ type entry struct {
 	// change is what a change request changed, published once it is stored; nil for a send, and
 	// for a change that changed nothing.
 	change *Change
-	// refusal is the reason told to the user when code is a refusal.
-	refusal string
 }
 
 // batchMessages holds the stored messages a batch reads and changes, each read once: a reply's
@@ -138,14 +137,14 @@ func (p *partition) receive(m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		p.seq.log.Error().Err(err).Int("partition", p.id).Msg("undecodable send request")
 		p.seq.metrics.answered(false, failInvalid)
-		p.respond(m.Reply, reply{Code: codeUnavailable})
+		p.respond(m.Reply, answer(nil, protocol.ErrUnavailable))
 		return
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		p.seq.metrics.answered(false, failNotOwner)
-		p.respond(m.Reply, reply{Code: codeUnavailable})
+		p.respond(m.Reply, answer(nil, protocol.ErrUnavailable))
 		return
 	}
 	// Counted before it is queued, so the loop taking it cannot bring the depth below zero.
@@ -159,7 +158,7 @@ func (p *partition) receive(m *nats.Msg) {
 		p.seq.metrics.overflow()
 		p.seq.overflows.event(&p.seq.log, zerolog.WarnLevel).Int("partition", p.id).Str("conversation", req.ConversationID).
 			Int("queue", cap(p.queue)).Msg("partition queue full; send refused as retryable")
-		p.respond(m.Reply, reply{Code: codeUnavailable})
+		p.respond(m.Reply, answer(nil, protocol.ErrUnavailable))
 	}
 }
 
@@ -247,7 +246,7 @@ func (p *partition) flush(batch []pending) {
 			Msg("partition claimed by another node; sends answered as retryable")
 		p.convs = make(map[string]*conversationState)
 		for _, e := range entries {
-			e.result, e.code, e.reason = nil, codeUnavailable, failNotOwner
+			e.result, e.refused, e.reason = nil, protocol.ErrUnavailable, failNotOwner
 		}
 	}
 	p.publish(entries)
@@ -261,7 +260,7 @@ func (p *partition) flush(batch []pending) {
 		if req := batch[i].req; !req.Reload || req.Kind != "" { // a bare reload is not a send
 			p.seq.metrics.answered(e.result != nil, e.reason)
 		}
-		p.respond(batch[i].replyTo, reply{Message: e.result, Code: e.code, Reason: e.refusal})
+		p.respond(batch[i].replyTo, answer(e.result, e.refused))
 	}
 }
 
@@ -272,14 +271,14 @@ func (p *partition) member(ctx context.Context, e *entry, key string) *conversat
 	c, err := p.conversation(ctx, e.req.ConversationID)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		e.code, e.reason = codeNotMember, failNotMember
+		e.refused, e.reason = protocol.ErrNotMember, failNotMember
 		return nil
 	case err != nil:
 		p.seq.log.Error().Err(err).Str("conversation", e.req.ConversationID).Msg("load conversation")
-		e.code, e.reason = codeUnavailable, failStore
+		e.refused, e.reason = protocol.ErrUnavailable, failStore
 		return nil
 	case e.req.Kind != protocol.KindSystem && !c.members[e.req.SenderID]:
-		e.code, e.reason = codeNotMember, failNotMember
+		e.refused, e.reason = protocol.ErrNotMember, failNotMember
 		return nil
 	}
 	if m, ok := p.recent.get(key); ok {
@@ -336,12 +335,12 @@ func (p *partition) message(ctx context.Context, e *entry, msgs *batchMessages, 
 		var err error
 		if found, err = p.seq.store.MessageRange(ctx, k.conversationID, seq, seq); err != nil {
 			p.seq.log.Error().Err(err).Str("conversation", k.conversationID).Int64("seq", seq).Msg("load message")
-			e.code, e.reason = codeUnavailable, failStore
+			e.refused, e.reason = protocol.ErrUnavailable, failStore
 			return nil
 		}
 	}
 	if len(found) == 0 {
-		e.code, e.reason, e.refusal = codeNotFound, failRefused, fmt.Sprintf("no message %d in this conversation", seq)
+		e.refused, e.reason = protocol.Refuse(protocol.ErrNotFound, "no message %d in this conversation", seq), failRefused
 		return nil
 	}
 	bm := &batchMessage{msg: found[0], prevVersion: found[0].Version}
@@ -363,18 +362,13 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 	}
 	changed, err := message.Apply(&bm.msg, e.req.MessageChange(), c.lastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
 	if err != nil {
-		e.code = ""
-		for _, rc := range refusalCodes {
-			if errors.Is(err, rc.kind) {
-				e.code = rc.code
-			}
-		}
-		if e.code == "" {
+		var refusal *protocol.Error
+		if !errors.As(err, &refusal) {
 			p.seq.log.Error().Err(err).Msg("change message")
-			e.code, e.reason = codeUnavailable, failInvalid
+			e.refused, e.reason = protocol.ErrUnavailable, failInvalid
 			return
 		}
-		e.reason, e.refusal = failRefused, err.Error()
+		e.refused, e.reason = refusal, failRefused
 		return
 	}
 	if changed {
@@ -492,7 +486,7 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 // now be anywhere between the remembered and the assigned value.
 func (p *partition) fail(entries []*entry, reason string) {
 	for _, e := range entries {
-		e.result, e.code, e.reason, e.assigned, e.stored = nil, codeUnavailable, reason, false, nil
+		e.result, e.refused, e.reason, e.assigned, e.stored = nil, protocol.ErrUnavailable, reason, false, nil
 		delete(p.convs, e.req.ConversationID)
 	}
 }
@@ -539,7 +533,7 @@ func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs 
 				if e.change == nil && e.req.Op == "" {
 					p.recent.add(recentKey(e.req.ConversationID, e.req.ClientMsgID), *e.result)
 				}
-				e.result, e.code, e.reason = nil, codeUnavailable, failStore
+				e.result, e.refused, e.reason = nil, protocol.ErrUnavailable, failStore
 			}
 		}
 		return false

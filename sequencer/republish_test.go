@@ -66,7 +66,7 @@ func TestStoredButUnansweredSendIsPublishedInOrder(t *testing.T) {
 	store.onLost = cancel
 	_, err = seq.Send(first, sequencer.SendRequest{ConversationID: "c1", SenderID: "alice", ClientMsgID: "m1", Kind: protocol.KindText, Body: "one"})
 	cancel()
-	if !errors.Is(err, sequencer.ErrUnavailable) {
+	if !errors.Is(err, protocol.ErrUnavailable) {
 		t.Fatalf("send whose answer was lost: %v; want ErrUnavailable", err)
 	}
 	m, err := seq.Send(ctx, sequencer.SendRequest{ConversationID: "c1", SenderID: "bob", ClientMsgID: "m2", Kind: protocol.KindText, Body: "two"})

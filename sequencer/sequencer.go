@@ -17,19 +17,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 )
 
-// Errors a send can end with; callers map them to stable wire codes.
-var (
-	// ErrNotMember means the conversation does not exist or the sender is not in it.
-	ErrNotMember = errors.New("not a member of the conversation")
-	// ErrUnavailable means the send was not acknowledged: the owner is moving, the store is down
-	// or the owner is overloaded. Retrying with the same clientMsgId is safe.
-	ErrUnavailable = errors.New("sequencer unavailable, retry")
-)
+// Send refuses with a *protocol.Error, whose kinds callers branch on with errors.Is:
+// protocol.ErrNotMember (the conversation does not exist or the sender is not in it),
+// protocol.ErrUnavailable (not acknowledged: the owner is moving, the store is down or the owner
+// is overloaded; retrying with the same clientMsgId is safe), and for a change or a reply the
+// owner's refusals with the reason the user is told (protocol.ErrNotFound: no message with that
+// seq; protocol.ErrForbidden and protocol.ErrLimit from message.Apply).
 
 // Store is what the sequencer needs from the database.
 type Store interface {
@@ -64,27 +61,30 @@ type SendRequest struct {
 }
 
 // reply is what an owner answers a SendRequest with: the message as stored (after a change, its
-// new state), or a code and, for a refusal, the reason the user is told.
+// new state), or a refusal: a protocol.Error's code, message (the reason the user is told) and
+// whether it is retryable, the same on the node that asked.
 type reply struct {
-	Message *protocol.Message `json:"message,omitempty"`
-	Code    string            `json:"code,omitempty"`
-	Reason  string            `json:"reason,omitempty"`
+	Message   *protocol.Message `json:"message,omitempty"`
+	Code      string            `json:"code,omitempty"`
+	Reason    string            `json:"reason,omitempty"`
+	Retryable bool              `json:"retryable,omitempty"`
 }
 
-// Reply codes.
-const (
-	codeNotMember   = "not_member"
-	codeUnavailable = "unavailable"
-	codeNotFound    = "not_found"
-	codeForbidden   = "forbidden"
-	codeLimit       = "limit"
-)
+// answer is the reply of a request that ended with m, or with refusal when that is not nil.
+func answer(m *protocol.Message, refusal *protocol.Error) reply {
+	if refusal == nil {
+		return reply{Message: m}
+	}
+	return reply{Code: refusal.Code, Reason: refusal.Message, Retryable: refusal.Retryable}
+}
 
-// refusalCodes pairs the refusals of a change with their reply codes.
-var refusalCodes = []struct {
-	kind error
-	code string
-}{{ErrNotFound, codeNotFound}, {message.ErrForbidden, codeForbidden}, {message.ErrLimit, codeLimit}}
+// refusal is the refusal r carries, nil when it carries none.
+func (r reply) refusal() *protocol.Error {
+	if r.Code == "" {
+		return nil
+	}
+	return &protocol.Error{Code: r.Code, Message: r.Reason, Retryable: r.Retryable}
+}
 
 // Sequencer sends messages to partition owners and, for the partitions this node owns, is the owner.
 type Sequencer struct {
@@ -183,12 +183,12 @@ func (s *Sequencer) Send(ctx context.Context, req SendRequest) (protocol.Message
 	for {
 		owner := s.epoch(p)
 		m, err := s.attempt(ctx, owner, subject, data)
-		if !errors.Is(err, ErrUnavailable) {
+		if !errors.Is(err, protocol.ErrUnavailable) {
 			return m, err
 		}
 		select {
 		case <-ctx.Done():
-			return protocol.Message{}, fmt.Errorf("send to %s: %w (%v)", subject, ErrUnavailable, ctx.Err())
+			return protocol.Message{}, fmt.Errorf("send to %s: %w (%v)", subject, protocol.ErrUnavailable, ctx.Err())
 		case <-owner.Done():
 			backoff = 10 * time.Millisecond // a new owner: ask it now
 			continue
@@ -208,23 +208,19 @@ func (s *Sequencer) attempt(ctx, owner context.Context, subject string, data []b
 	if err != nil {
 		// No responders (no owner right now), a timeout, a new owner or a lost connection: all
 		// retryable.
-		return protocol.Message{}, fmt.Errorf("request %s: %w (%v)", subject, ErrUnavailable, err)
+		return protocol.Message{}, fmt.Errorf("request %s: %w (%v)", subject, protocol.ErrUnavailable, err)
 	}
 	var r reply
 	if err := json.Unmarshal(msg.Data, &r); err != nil {
 		return protocol.Message{}, fmt.Errorf("decode reply from %s: %w", subject, err)
 	}
-	for _, rc := range refusalCodes {
-		if r.Code == rc.code {
-			return protocol.Message{}, refuse(rc.kind, "%s", r.Reason)
+	if refusal := r.refusal(); refusal != nil {
+		if errors.Is(refusal, protocol.ErrUnavailable) {
+			return protocol.Message{}, fmt.Errorf("owner of %s: %w", subject, refusal)
 		}
+		return protocol.Message{}, refusal
 	}
-	switch {
-	case r.Code == codeNotMember:
-		return protocol.Message{}, ErrNotMember
-	case r.Code == codeUnavailable:
-		return protocol.Message{}, fmt.Errorf("owner of %s: %w", subject, ErrUnavailable)
-	case r.Message == nil:
+	if r.Message == nil {
 		return protocol.Message{}, fmt.Errorf("reply from %s has no message", subject)
 	}
 	return *r.Message, nil

@@ -20,8 +20,8 @@ type socket struct{ *session.Session }
 // End closes the socket because its user is gone.
 func (s socket) End(reason string) { s.Close(session.StatusRemoved, reason) }
 
-// router answers a session's frames by calling the chat service, and maps the service's errors to
-// wire codes. It is the only place that knows both.
+// router answers a session's frames by calling the chat service. The service's refusals are
+// already *protocol.Error; the session turns them into error frames (protocol.ErrorFrame).
 type router struct {
 	chat *chat.Service
 	// account reads a user's account through the server's short cache (filled by the account
@@ -48,12 +48,12 @@ func (r *router) Opened(ctx context.Context, s *session.Session) error {
 	}
 	total, err := r.chat.Open(ctx, socket{s})
 	if err != nil {
-		if errors.Is(err, chat.ErrTooManyConnections) {
+		if errors.Is(err, protocol.ErrRateLimited) { // the only one Open gives: the connection cap
 			r.metrics.refused(reasonTooManyConns)
 		} else {
 			r.metrics.refused(reasonOpenFailed)
 		}
-		return wireError(err) // rate_limited closes with 4029
+		return err // rate_limited closes with 4029
 	}
 	if err := s.Reply(ctx, protocol.ServerFrame{Type: protocol.TypeBadge, Total: &total}); err != nil {
 		r.chat.Close(socket{s}) // Closed is called only after Opened succeeded
@@ -75,7 +75,7 @@ func (r *router) HandleFrame(ctx context.Context, s *session.Session, f protocol
 	defer cancel()
 	reply, err := r.answer(ctx, s, f)
 	if err != nil {
-		return wireError(err)
+		return err
 	}
 	if reply == nil {
 		return nil
@@ -180,39 +180,4 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 
 func conversationReply(c protocol.Conversation, err error) (*protocol.ServerFrame, error) {
 	return &protocol.ServerFrame{Type: protocol.TypeConversation, Conversation: &c}, err
-}
-
-// wireCodes maps the service's kinds of refusal to stable wire codes.
-var wireCodes = []struct {
-	kind      error
-	code      string
-	retryable bool
-}{
-	{chat.ErrNotMember, protocol.CodeNotMember, false},
-	{chat.ErrNotFound, protocol.CodeNotFound, false},
-	{chat.ErrForbidden, protocol.CodeForbidden, false},
-	{chat.ErrInvalid, protocol.CodeInvalidField, false},
-	{chat.ErrLimit, protocol.CodeLimit, false},
-	{chat.ErrUnavailable, protocol.CodeUnavailable, true},
-	{chat.ErrTooManyConnections, protocol.CodeRateLimited, true},
-}
-
-// wireError turns an error of the service into one the session sends as an error frame; anything
-// unknown stays as it is and is answered as internal (and logged by the session).
-func wireError(err error) error {
-	var pe *protocol.Error
-	if errors.As(err, &pe) {
-		return pe
-	}
-	for _, w := range wireCodes {
-		if errors.Is(err, w.kind) {
-			msg := w.kind.Error()
-			var ce *chat.Error
-			if errors.As(err, &ce) {
-				msg = ce.Message
-			}
-			return &protocol.Error{Code: w.code, Message: msg, Retryable: w.retryable}
-		}
-	}
-	return err
 }

@@ -338,8 +338,8 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, userID string) {
 	defer cancel()
 	err := s.chat.Read(ctx, userID, req.ConversationID, req.Seq)
 	switch {
-	case errors.Is(err, chat.ErrNotMember):
-		writeError(w, http.StatusForbidden, err.Error())
+	case errors.Is(err, protocol.ErrNotMember):
+		writeError(w, http.StatusForbidden, protocol.AsError(err).Message)
 	case err != nil:
 		s.log.Error().Err(err).Str("user", userID).Msg("read")
 		writeError(w, http.StatusServiceUnavailable, "could not record the read; try again")
