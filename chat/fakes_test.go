@@ -902,8 +902,10 @@ func (b *fakeBus) WatchConversation(id string) {
 func (b *fakeBus) UnwatchConversation(id string) {
 	b.interest.record("unwatch conversation", b.interest.convs, id, false)
 }
-func (b *fakeBus) WatchUser(id string)   { b.interest.record("watch user", b.interest.users, id, true) }
-func (b *fakeBus) UnwatchUser(id string) { b.interest.record("unwatch user", b.interest.users, id, false) }
+func (b *fakeBus) WatchUser(id string) { b.interest.record("watch user", b.interest.users, id, true) }
+func (b *fakeBus) UnwatchUser(id string) {
+	b.interest.record("unwatch user", b.interest.users, id, false)
+}
 
 func (f *fakeInterest) watchingConversation(id string) bool {
 	f.mu.Lock()
