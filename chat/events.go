@@ -72,7 +72,7 @@ const (
 	userProfile = "profile"
 )
 
-func (s *Service) publishUser(userID string, ev userEvent) {
+func (s *live) publishUser(userID string, ev userEvent) {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		s.log.Error().Err(err).Msg("encode user event")
@@ -83,7 +83,7 @@ func (s *Service) publishUser(userID string, ev userEvent) {
 	}
 }
 
-func (s *Service) publishConversation(convID string, ev conversationEvent) {
+func (s *live) publishConversation(convID string, ev conversationEvent) {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		s.log.Error().Err(err).Msg("encode conversation event")
@@ -287,7 +287,7 @@ func (s *Service) badge(userID string, u *onlineUser, convID string) {
 	s.ephemeralToUser(userID, "badge:"+convID, f)
 }
 
-func (s *Service) pushToUser(userID string, f protocol.ServerFrame) {
+func (s *live) pushToUser(userID string, f protocol.ServerFrame) {
 	data, err := protocol.Encode(f)
 	if err != nil {
 		s.log.Error().Err(err).Msg("encode frame")
@@ -296,7 +296,7 @@ func (s *Service) pushToUser(userID string, f protocol.ServerFrame) {
 	s.hub.PushToUser(userID, data)
 }
 
-func (s *Service) ephemeralToUser(userID, key string, f protocol.ServerFrame) {
+func (s *live) ephemeralToUser(userID, key string, f protocol.ServerFrame) {
 	data, err := protocol.Encode(f)
 	if err != nil {
 		s.log.Error().Err(err).Msg("encode frame")

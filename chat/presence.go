@@ -20,18 +20,63 @@ import (
 // such member on their own subject, so one frame per device and nothing at all to the members
 // of large groups, who ask with Presence when they want to know.
 
+// presenceStore is what presence and profiles read and write.
+type presenceStore interface {
+	// ConversationsOf tells whom a user may ask about: those they share a conversation with.
+	ConversationsOf(ctx context.Context, userID string) ([]storage.Conversation, error)
+	RecordPresence(ctx context.Context, node string, online, offline []string, at time.Time) (map[string][]string, error)
+	SetLastSeen(ctx context.Context, userIDs []string, at time.Time) error
+	PresenceOf(ctx context.Context, userIDs []string) (map[string]storage.Presence, error)
+	SetHidePresence(ctx context.Context, userID string, hide bool) error
+	SetName(ctx context.Context, userID, name string) error
+	Profiles(ctx context.Context, ids []string) ([]storage.User, error)
+	FindUsers(ctx context.Context, prefix, except string, limit int64) ([]storage.User, error)
+}
+
+// presence is the part of the service that records who is online (on which node), tells peers
+// when that changes, answers who is online, and keeps display names (profiles.go). It shares the
+// hub and the bus with the other parts (live) and has a store of its own.
+type presence struct {
+	*live
+	cfg   Config
+	store presenceStore
+
+	// queue feeds recordPresences, which closes done once stopped is closed and nothing waits, or
+	// when cancel ends it.
+	queue   *presenceQueue
+	stopped chan struct{}
+	done    chan struct{}
+	cancel  context.CancelFunc
+}
+
+// newPresence returns the presence part and starts its writer; Stop ends it.
+func newPresence(cfg Config, store presenceStore, l *live) *presence {
+	p := &presence{live: l, cfg: cfg, store: store, queue: newPresenceQueue(),
+		stopped: make(chan struct{}), done: make(chan struct{})}
+	var ctx context.Context
+	ctx, p.cancel = context.WithCancel(context.Background())
+	go p.recordPresences(ctx)
+	return p
+}
+
+// changed queues a record of a user's first connection here opening or their last one closing;
+// u is their state then, whose peers hear of it if they are gone when it is written.
+func (s *presence) changed(uid string, u *onlineUser) {
+	s.queue.put(presenceJob{uid: uid, u: u})
+}
+
 // Nodes tells which nodes of the cluster are alive; sequencer.Leases implements it.
 type Nodes interface {
 	Alive(node string) bool
 }
 
 // alive reports whether node holds live connections: this node, or one Nodes says lives.
-func (s *Service) alive(node string) bool {
+func (s *presence) alive(node string) bool {
 	return node == s.cfg.NodeID || (s.cfg.Nodes != nil && s.cfg.Nodes.Alive(node))
 }
 
 // onlineElsewhere reports whether a live node other than this one holds a connection of the user.
-func (s *Service) onlineElsewhere(nodes []string) bool {
+func (s *presence) onlineElsewhere(nodes []string) bool {
 	return slices.ContainsFunc(nodes, func(n string) bool { return n != s.cfg.NodeID && s.alive(n) })
 }
 
@@ -163,17 +208,17 @@ func (q *presenceQueue) stop() bool {
 // embedded store a read scanning the records each: 5,000 connects took minutes to record, during
 // which every send waited behind them for the store. A batch the store fails is written again
 // after presenceRetryPause. After Stop it writes what waits, until ctx ends.
-func (s *Service) recordPresences(ctx context.Context) {
-	defer close(s.presenceDone)
+func (s *presence) recordPresences(ctx context.Context) {
+	defer close(s.done)
 	for ctx.Err() == nil {
-		jobs := s.presence.take(presenceBatch)
+		jobs := s.queue.take(presenceBatch)
 		if len(jobs) == 0 {
 			select {
-			case <-s.presence.wake:
+			case <-s.queue.wake:
 				continue
-			case <-s.presenceStopped:
+			case <-s.stopped:
 				select {
-				case <-s.presence.wake: // queued just before the stop
+				case <-s.queue.wake: // queued just before the stop
 					continue
 				default:
 					return
@@ -187,7 +232,7 @@ func (s *Service) recordPresences(ctx context.Context) {
 		cancel()
 		if err != nil {
 			s.log.Warn().Err(err).Int("users", len(jobs)).Dur("retryIn", presenceRetryPause).Msg("record presence")
-			s.presence.retry(jobs)
+			s.queue.retry(jobs)
 			select {
 			case <-time.After(presenceRetryPause):
 			case <-ctx.Done():
@@ -199,16 +244,16 @@ func (s *Service) recordPresences(ctx context.Context) {
 // Stop ends the presence writer: it stops queueing records and writes those waiting until ctx
 // ends (a dead node's records are left out through its lease anyway). Call it after the node's
 // last connection has closed. A second call waits as the first did.
-func (s *Service) Stop(ctx context.Context) {
-	if s.presence.stop() {
-		close(s.presenceStopped)
+func (s *presence) Stop(ctx context.Context) {
+	if s.queue.stop() {
+		close(s.stopped)
 	}
 	select {
-	case <-s.presenceDone:
+	case <-s.done:
 	case <-ctx.Done():
 		s.log.Warn().Err(ctx.Err()).Msg("presence records left unwritten at shutdown")
-		s.cancelPresence()
-		<-s.presenceDone
+		s.cancel()
+		<-s.done
 	}
 }
 
@@ -217,7 +262,7 @@ func (s *Service) Stop(ctx context.Context) {
 // holds is online; a user whose last connection here closed and whom no other live node holds
 // was last seen now (stored first). Users who hide their presence are recorded, not announced.
 // It fails, announcing nothing, when the records could not be written.
-func (s *Service) writePresence(ctx context.Context, jobs []presenceJob) error {
+func (s *presence) writePresence(ctx context.Context, jobs []presenceJob) error {
 	var online, offline []string
 	here := make([]bool, len(jobs)) // online here now, whatever the job was queued for
 	for i, j := range jobs {
@@ -262,7 +307,7 @@ func (s *Service) writePresence(ctx context.Context, jobs []presenceJob) error {
 }
 
 // publishToPeers sends an event about an online user (presence, profile) to each of their peers.
-func (s *Service) publishToPeers(u *onlineUser, ev userEvent) {
+func (s *live) publishToPeers(u *onlineUser, ev userEvent) {
 	u.mu.Lock()
 	peers := make([]string, 0, len(u.peers))
 	for p := range u.peers {
@@ -292,7 +337,7 @@ func (s *Service) addPeers(uid string, u *onlineUser, kind string, members []str
 
 // applyPresence gives a user's devices a peer's presence change. It is ephemeral: a newer one
 // replaces one still waiting.
-func (s *Service) applyPresence(userID string, ev userEvent) {
+func (s *presence) applyPresence(userID string, ev userEvent) {
 	online := ev.Online
 	s.ephemeralToUser(userID, "presence:"+ev.Peer, protocol.ServerFrame{Type: protocol.TypePresence, UserID: ev.Peer,
 		Online: &online, LastSeen: ev.LastSeen})
@@ -301,7 +346,7 @@ func (s *Service) applyPresence(userID string, ev userEvent) {
 // Presence answers who of userIDs is online, and when the others were last seen: only users who
 // share a conversation with userID (of any size) and do not hide their presence are answered;
 // the rest are left out.
-func (s *Service) Presence(ctx context.Context, userID string, userIDs []string) ([]protocol.Presence, error) {
+func (s *presence) Presence(ctx context.Context, userID string, userIDs []string) ([]protocol.Presence, error) {
 	convs, err := s.store.ConversationsOf(ctx, userID)
 	if err != nil {
 		return nil, fmt.Errorf("load conversations of %s: %w", userID, err)
@@ -339,7 +384,7 @@ func (s *Service) Presence(ctx context.Context, userID string, userIDs []string)
 // SetPresencePrivacy hides (or shows) userID's online state and last seen time from everyone. The
 // user's peers learn it at once (hidden looks offline with no last seen time), and so do the
 // user's other nodes, which decide what their connections' comings and goings announce.
-func (s *Service) SetPresencePrivacy(ctx context.Context, userID string, hide bool) error {
+func (s *presence) SetPresencePrivacy(ctx context.Context, userID string, hide bool) error {
 	if err := s.store.SetHidePresence(ctx, userID, hide); err != nil {
 		return fmt.Errorf("store presence privacy of %s: %w", userID, err)
 	}
@@ -352,7 +397,7 @@ func (s *Service) SetPresencePrivacy(ctx context.Context, userID string, hide bo
 }
 
 // applyPrivacy takes an online user's privacy settings changed on any node.
-func (s *Service) applyPrivacy(userID string, ev userEvent) {
+func (s *live) applyPrivacy(userID string, ev userEvent) {
 	u := s.online(userID)
 	if u == nil {
 		return

@@ -142,5 +142,5 @@ func TestReconnectDuringDisconnectStaysOnline(t *testing.T) {
 // awaitPresence returns once the presence records queued before it are written (and their
 // events published), so a test's next step sees them done.
 func (s *Service) awaitPresence() {
-	<-s.presence.awaitIdle()
+	<-s.queue.awaitIdle()
 }

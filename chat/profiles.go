@@ -16,7 +16,7 @@ import (
 
 // SetName changes userID's display name (checked by protocol.DisplayName) and tells their devices
 // and peers.
-func (s *Service) SetName(ctx context.Context, userID, name string) error {
+func (s *presence) SetName(ctx context.Context, userID, name string) error {
 	clean, err := protocol.DisplayName(name)
 	if err != nil {
 		return protocol.Refuse(protocol.ErrInvalid, "%s", err.Error())
@@ -37,14 +37,14 @@ func (s *Service) SetName(ctx context.Context, userID, name string) error {
 
 // applyProfile gives a user's devices a changed display name (theirs or a peer's). Coalesced per
 // user named: only the newest name matters.
-func (s *Service) applyProfile(userID string, ev userEvent) {
+func (s *presence) applyProfile(userID string, ev userEvent) {
 	s.ephemeralToUser(userID, "profile:"+ev.Peer, protocol.ServerFrame{Type: protocol.TypeProfile, UserID: ev.Peer, Name: ev.Name})
 }
 
 // Profiles returns the display names of userIDs, in the order asked; a deleted account shows as
 // deleted, an unknown id is left out. Names are public to every signed-in user, as in a company
 // directory: that is what finding a person by name needs.
-func (s *Service) Profiles(ctx context.Context, userIDs []string) ([]protocol.Profile, error) {
+func (s *presence) Profiles(ctx context.Context, userIDs []string) ([]protocol.Profile, error) {
 	users, err := s.store.Profiles(ctx, userIDs)
 	if err != nil {
 		return nil, fmt.Errorf("load profiles: %w", err)
@@ -65,7 +65,7 @@ func (s *Service) Profiles(ctx context.Context, userIDs []string) ([]protocol.Pr
 
 // FindUsers returns up to protocol.MaxFoundUsers users other than userID whose display name, or a
 // word of it, starts with query (any case), sorted by name.
-func (s *Service) FindUsers(ctx context.Context, userID, query string) ([]protocol.Profile, error) {
+func (s *presence) FindUsers(ctx context.Context, userID, query string) ([]protocol.Profile, error) {
 	users, err := s.store.FindUsers(ctx, query, userID, protocol.MaxFoundUsers)
 	if err != nil {
 		return nil, fmt.Errorf("find users: %w", err)

@@ -32,6 +32,7 @@ const noSuchUser = "no such user: %s"
 
 // Store is what the service reads and writes directly; sends go through the Sender.
 type Store interface {
+	presenceStore
 	Conversation(ctx context.Context, id string) (storage.Conversation, error)
 	ConversationsOf(ctx context.Context, userID string) ([]storage.Conversation, error)
 	EnsureConversation(ctx context.Context, c storage.Conversation) (storage.Conversation, error)
@@ -43,13 +44,6 @@ type Store interface {
 	User(ctx context.Context, id string) (storage.User, error)
 	MissingUsers(ctx context.Context, ids []string) ([]string, error)
 	SetHideReceipts(ctx context.Context, userID string, hide bool) error
-	SetHidePresence(ctx context.Context, userID string, hide bool) error
-	SetName(ctx context.Context, userID, name string) error
-	Profiles(ctx context.Context, ids []string) ([]storage.User, error)
-	FindUsers(ctx context.Context, prefix, except string, limit int64) ([]storage.User, error)
-	RecordPresence(ctx context.Context, node string, online, offline []string, at time.Time) (map[string][]string, error)
-	SetLastSeen(ctx context.Context, userIDs []string, at time.Time) error
-	PresenceOf(ctx context.Context, userIDs []string) (map[string]storage.Presence, error)
 	AddMembers(ctx context.Context, id string, userIDs []string) error
 	RemoveMember(ctx context.Context, id, userID string) error
 	ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) ([]storage.Message, error)
@@ -98,15 +92,15 @@ type Conn interface {
 
 // Service is the chat service of one node. It is safe for concurrent use.
 type Service struct {
+	*live
+	// presence records and tells who is online and answers for display names (presence.go,
+	// profiles.go): a part of its own, with its own store.
+	*presence
+
 	cfg   Config
 	store Store
 	seq   Sender
 	reads Reads
-	bus   Bus
-	// hub holds the live connections and, with each user connected here, their onlineUser: the one
-	// registry of who is online on this node.
-	hub *hub.Hub[Conn, *onlineUser]
-	log zerolog.Logger
 
 	// interest serializes, per conversation or user id, the subscriptions that follow the hub's
 	// changes (see watch.go).
@@ -127,13 +121,6 @@ type Service struct {
 	// syncReads holds one token per store read of a connecting or syncing session running now, at
 	// most MaxConcurrentSyncReads: a reconnect storm queues here rather than in the store.
 	syncReads chan struct{}
-
-	// presence feeds recordPresences, which closes presenceDone once presenceStopped is closed
-	// and nothing waits, or when cancelPresence ends it.
-	presence        *presenceQueue
-	presenceStopped chan struct{}
-	presenceDone    chan struct{}
-	cancelPresence  context.CancelFunc
 }
 
 // messageRange is one exact range read, the key under which identical reads are merged.
@@ -188,25 +175,15 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, log zerolog.
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, store: store, seq: seq, reads: reads, bus: bus, hub: hub.New[Conn, *onlineUser](cfg.Hub),
-		log:        log.With().Str("component", "chat").Logger(),
+	l := &live{hub: hub.New[Conn, *onlineUser](cfg.Hub), bus: bus, log: log.With().Str("component", "chat").Logger()}
+	s := &Service{live: l, presence: newPresence(cfg, store, l), cfg: cfg, store: store, seq: seq, reads: reads,
 		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
 		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads), deleted: newDeletions()}
 	s.syncRanges = newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, s.admitSyncRange)
-	s.presence, s.presenceStopped, s.presenceDone = newPresenceQueue(), make(chan struct{}), make(chan struct{})
-	var presenceCtx context.Context
-	presenceCtx, s.cancelPresence = context.WithCancel(context.Background())
-	go s.recordPresences(presenceCtx)
 	s.typing.seen = make(map[typingKey]time.Time)
 	s.interest.seed = maphash.MakeSeed()
 	return s, nil
-}
-
-// online returns the state of a user connected here, or nil.
-func (s *Service) online(userID string) *onlineUser {
-	u, _ := s.hub.User(userID)
-	return u
 }
 
 // positionOf returns a copy of a member's position, or protocol.ErrNotMember.
@@ -244,7 +221,7 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 		u.loadErr = s.load(ctx, uid, u)
 		close(u.loaded)
 		if u.loadErr == nil {
-			s.presence.put(presenceJob{uid: uid, u: u})
+			s.changed(uid, u)
 		}
 	}
 	select {
@@ -316,7 +293,7 @@ func (s *Service) Close(c Conn) {
 	}
 	// A user whose load has not finished was never queued online, and Open will not queue them now.
 	if isClosed(u.loaded) && u.loadErr == nil {
-		s.presence.put(presenceJob{uid: uid, u: u})
+		s.changed(uid, u)
 	}
 	s.forgetDeleted(u.conversations()...)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
