@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
@@ -22,6 +23,24 @@ import (
 // where it was made at once, and on every other node through a blocks event on both users'
 // subjects; a NATS reconnect forgets all of it, since events may have been missed. So a send on
 // another node can pass for as long as the event takes to arrive (bus latency), never longer.
+
+// blockStore is what blocking reads and writes.
+type blockStore interface {
+	User(ctx context.Context, id string) (storage.User, error)
+	Block(ctx context.Context, blocker, blocked string, at time.Time) error
+	Unblock(ctx context.Context, blocker, blocked string) error
+	BlocksOf(ctx context.Context, blocker string) ([]string, error)
+	Blocked(ctx context.Context, a, b string) (bool, error)
+	BlockedWith(ctx context.Context, userID string, others []string) ([]string, error)
+}
+
+// blocking is the part of the service that keeps blocks and checks them: on a DM's sends, on
+// opening a DM, and on putting users in a group. It shares the hub (where the DM positions cache
+// a block's state) and the bus with the other parts (live) and has a store of its own.
+type blocking struct {
+	*live
+	store blockStore
+}
 
 // blockState is what this node knows of the block between a DM's two members.
 type blockState uint8
@@ -47,7 +66,7 @@ func dmPeer(kind string, members []string, self string) string {
 
 // Block makes userID block target. Blocking twice is no error; blocking yourself is invalid, and
 // an unknown target is not found.
-func (s *Service) Block(ctx context.Context, userID, target string) error {
+func (s *blocking) Block(ctx context.Context, userID, target string) error {
 	if target == userID {
 		return protocol.Refuse(protocol.ErrInvalid, "you cannot block yourself")
 	}
@@ -67,7 +86,7 @@ func (s *Service) Block(ctx context.Context, userID, target string) error {
 
 // Unblock undoes userID's block of target; undoing a block that does not exist (or of a user who
 // is gone) is no error.
-func (s *Service) Unblock(ctx context.Context, userID, target string) error {
+func (s *blocking) Unblock(ctx context.Context, userID, target string) error {
 	if target == userID {
 		return protocol.Refuse(protocol.ErrInvalid, "you cannot unblock yourself")
 	}
@@ -79,7 +98,7 @@ func (s *Service) Unblock(ctx context.Context, userID, target string) error {
 }
 
 // Blocks lists the users userID blocks, sorted (not those who block userID).
-func (s *Service) Blocks(ctx context.Context, userID string) ([]string, error) {
+func (s *blocking) Blocks(ctx context.Context, userID string) ([]string, error) {
 	ids, err := s.store.BlocksOf(ctx, userID)
 	if err != nil {
 		return nil, fmt.Errorf("list blocks of %s: %w", userID, err)
@@ -89,7 +108,7 @@ func (s *Service) Blocks(ctx context.Context, userID string) ([]string, error) {
 
 // blocksChanged makes every node forget what it cached of the block between a and b: here at once,
 // so the next send on this node sees the change, and elsewhere through both users' subjects.
-func (s *Service) blocksChanged(a, b string) {
+func (s *blocking) blocksChanged(a, b string) {
 	s.forgetBlock(a, b)
 	s.forgetBlock(b, a)
 	s.publishUser(a, userEvent{Type: userBlocks, Peer: b})
@@ -97,7 +116,7 @@ func (s *Service) blocksChanged(a, b string) {
 }
 
 // forgetBlock drops the block state cached for the DM of an online user with peer.
-func (s *Service) forgetBlock(userID, peer string) {
+func (s *blocking) forgetBlock(userID, peer string) {
 	u := s.online(userID)
 	if u == nil || peer == "" {
 		return
@@ -111,7 +130,7 @@ func (s *Service) forgetBlock(userID, peer string) {
 }
 
 // forgetAllBlocks drops every block state cached here.
-func (s *Service) forgetAllBlocks() {
+func (s *blocking) forgetAllBlocks() {
 	for _, u := range s.hub.States() {
 		u.mu.Lock()
 		u.blockGen++
@@ -123,7 +142,7 @@ func (s *Service) forgetAllBlocks() {
 }
 
 // checkDMSend refuses a send of userID in a DM with a block between its members.
-func (s *Service) checkDMSend(ctx context.Context, userID, convID string) error {
+func (s *blocking) checkDMSend(ctx context.Context, userID, convID string) error {
 	blocked, err := s.dmBlocked(ctx, userID, convID)
 	if errors.Is(err, protocol.ErrNotMember) {
 		return err
@@ -140,7 +159,7 @@ func (s *Service) checkDMSend(ctx context.Context, userID, convID string) error 
 
 // dmBlocked reports whether a block stands between the members of a DM of online user userID:
 // what this node cached, or the store's answer, cached unless a block or unblock came meanwhile.
-func (s *Service) dmBlocked(ctx context.Context, userID, convID string) (bool, error) {
+func (s *blocking) dmBlocked(ctx context.Context, userID, convID string) (bool, error) {
 	u := s.online(userID)
 	if u == nil {
 		return false, protocol.ErrNotMember
@@ -173,7 +192,7 @@ func (s *Service) dmBlocked(ctx context.Context, userID, convID string) (bool, e
 }
 
 // checkDMOpen refuses opening the DM of userID and peer with a block between them.
-func (s *Service) checkDMOpen(ctx context.Context, userID, peer string) error {
+func (s *blocking) checkDMOpen(ctx context.Context, userID, peer string) error {
 	blocked, err := s.store.Blocked(ctx, userID, peer)
 	if err != nil {
 		return fmt.Errorf("look up blocks between %s and %s: %w", userID, peer, err)
@@ -185,7 +204,7 @@ func (s *Service) checkDMOpen(ctx context.Context, userID, peer string) error {
 }
 
 // checkAdd refuses userID putting any of others in a group when a block stands between them.
-func (s *Service) checkAdd(ctx context.Context, userID string, others []string) error {
+func (s *blocking) checkAdd(ctx context.Context, userID string, others []string) error {
 	with, err := s.store.BlockedWith(ctx, userID, others)
 	if err != nil {
 		return fmt.Errorf("look up blocks of %s: %w", userID, err)
@@ -199,7 +218,7 @@ func (s *Service) checkAdd(ctx context.Context, userID string, others []string) 
 // refuseBlocked answers an open or an add that a block between userID and each of with refuses,
 // so that the user who is blocked learns nothing: when userID blocks one of them, they hear why
 // (they know); otherwise the answer is the very one an account that is gone gets.
-func (s *Service) refuseBlocked(ctx context.Context, userID string, with []string, what string) error {
+func (s *blocking) refuseBlocked(ctx context.Context, userID string, with []string, what string) error {
 	mine, err := s.store.BlocksOf(ctx, userID)
 	if err != nil {
 		return fmt.Errorf("list blocks of %s: %w", userID, err)

@@ -33,6 +33,7 @@ const noSuchUser = "no such user: %s"
 // Store is what the service reads and writes directly; sends go through the Sender.
 type Store interface {
 	presenceStore
+	blockStore
 	Conversation(ctx context.Context, id string) (storage.Conversation, error)
 	ConversationsOf(ctx context.Context, userID string) ([]storage.Conversation, error)
 	EnsureConversation(ctx context.Context, c storage.Conversation) (storage.Conversation, error)
@@ -49,11 +50,6 @@ type Store interface {
 	ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) ([]storage.Message, error)
 	HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error
 	DeleteAccount(ctx context.Context, userID string) (storage.DeletedAccount, error)
-	Block(ctx context.Context, blocker, blocked string, at time.Time) error
-	Unblock(ctx context.Context, blocker, blocked string) error
-	BlocksOf(ctx context.Context, blocker string) ([]string, error)
-	Blocked(ctx context.Context, a, b string) (bool, error)
-	BlockedWith(ctx context.Context, userID string, others []string) ([]string, error)
 }
 
 // Sender sequences and persists a message, or a change of one; the sequencer implements it.
@@ -96,6 +92,8 @@ type Service struct {
 	// presence records and tells who is online and answers for display names (presence.go,
 	// profiles.go): a part of its own, with its own store.
 	*presence
+	// blocking keeps blocks and checks them (blocks.go): a part of its own, with its own store.
+	*blocking
 
 	cfg   Config
 	store Store
@@ -176,7 +174,7 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, log zerolog.
 	}
 	cfg = cfg.withDefaults()
 	l := &live{hub: hub.New[Conn, *onlineUser](cfg.Hub), bus: bus, log: log.With().Str("component", "chat").Logger()}
-	s := &Service{live: l, presence: newPresence(cfg, store, l), cfg: cfg, store: store, seq: seq, reads: reads,
+	s := &Service{live: l, presence: newPresence(cfg, store, l), blocking: &blocking{live: l, store: store}, cfg: cfg, store: store, seq: seq, reads: reads,
 		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
 		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads), deleted: newDeletions()}
