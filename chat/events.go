@@ -242,35 +242,9 @@ func (s *Service) applyLeave(userID, convID string) {
 	s.badge(userID, u, "")
 }
 
-// applyCursor moves an online user's read position forward (and their hidden position, when
-// hiddenSeq > 0) and tells their devices with one cursor and one badge frame. A move that is not
-// forward changes nothing and sends nothing, so a repeated or late event is harmless.
-func (s *Service) applyCursor(userID, convID string, readSeq, hiddenSeq int64) {
-	u := s.online(userID)
-	if u == nil {
-		return
-	}
-	u.mu.Lock()
-	p, ok := u.positions[convID]
-	if !ok || (readSeq <= p.readSeq && hiddenSeq <= p.hiddenSeq) {
-		u.mu.Unlock()
-		return
-	}
-	p.readSeq = max(p.readSeq, readSeq)
-	hid := hiddenSeq > p.hiddenSeq
-	p.hiddenSeq = max(p.hiddenSeq, hiddenSeq)
-	cur, hidden := p.readSeq, p.hiddenSeq
-	u.mu.Unlock()
-	if hid {
-		s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeHidden, ConversationID: convID, Seq: hidden})
-	}
-	s.ephemeralToUser(userID, "cursor:"+convID, protocol.ServerFrame{Type: protocol.TypeCursor, ConversationID: convID, ReadSeq: cur})
-	s.badge(userID, u, convID)
-}
-
 // badge sends an online user's unread counts after a change in one conversation (or only the
 // total, for convID ""). Badges are ephemeral: a newer one replaces one still waiting.
-func (s *Service) badge(userID string, u *onlineUser, convID string) {
+func (s *live) badge(userID string, u *onlineUser, convID string) {
 	total := s.total(u)
 	f := protocol.ServerFrame{Type: protocol.TypeBadge, ConversationID: convID, Total: &total}
 	if convID != "" {

@@ -13,6 +13,9 @@ type live struct {
 	hub *hub.Hub[Conn, *onlineUser]
 	bus Bus
 	log zerolog.Logger
+	// deleted keeps the seqs deleted for everyone of the conversations live here, so unread counts
+	// computed from memory leave them out (see unread.go).
+	deleted *deletions
 }
 
 // online returns the state of a user connected here, or nil.

@@ -81,16 +81,6 @@ func (s *Service) send(ctx context.Context, userID string, req SendRequest) (pro
 	return m, nil
 }
 
-func (s *Service) hidesReceipts(userID string) bool {
-	u := s.online(userID)
-	if u == nil {
-		return false
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.hideReceipts
-}
-
 // OpenDM opens (or finds) the one DM of userID and peer, unless a block stands between them.
 func (s *Service) OpenDM(ctx context.Context, userID, peer string) (protocol.Conversation, error) {
 	if peer == userID {
@@ -340,133 +330,6 @@ func pageRange(at Anchor, limit int, last int64) (from, to int64) {
 	return max(from, 1), min(to, last)
 }
 
-// Read moves userID's read cursor forward (clamped to the conversation's last seq); from a socket
-// or from the HTTP API (a page that is closing sends its last read with a beacon). The store
-// write is coalesced; each of the user's devices gets one cursor and one badge frame, and where
-// receipts are live the other members get a receipt.
-func (s *Service) Read(ctx context.Context, userID, convID string, seq int64) error {
-	p, err := s.positionOf(userID, convID)
-	hidden := s.hidesReceipts(userID)
-	last := s.lastSeq(convID, p)
-	if err != nil {
-		// The user has no connection here: ask the store.
-		conv, cerr := s.store.Conversation(ctx, convID)
-		if errors.Is(cerr, storage.ErrNotFound) || (cerr == nil && !conv.IsMember(userID)) {
-			return protocol.ErrNotMember
-		}
-		if cerr != nil {
-			return fmt.Errorf("load conversation %s: %w", convID, cerr)
-		}
-		user, uerr := s.store.User(ctx, userID)
-		if uerr != nil {
-			return fmt.Errorf("load user %s: %w", userID, uerr)
-		}
-		// A late beacon must not publish a receipt behind what the user has read already.
-		cursors, cerr := s.cursorsOf(ctx, userID)
-		if cerr != nil {
-			return cerr
-		}
-		p = position{kind: conv.Kind, members: len(conv.Members), readSeq: conv.ReadSeq(userID, cursors[convID])}
-		hidden, last = user.HideReceipts, conv.LastSeq
-	}
-	seq = min(seq, last)
-	if seq <= p.readSeq {
-		return nil
-	}
-	s.reads.Advance(storage.Cursor{UserID: userID, ConversationID: convID, ReadSeq: seq, Hidden: hidden, UpdatedAt: now()})
-	// Applied here at once, so the user's next request on this node sees it; the bus event then
-	// moves nothing here and reaches the user's devices on other nodes.
-	s.applyCursor(userID, convID, seq, 0)
-	s.publishUser(userID, userEvent{Type: userCursor, ConvID: convID, ReadSeq: seq})
-	if !hidden && s.liveReceipts(p) {
-		s.publishConversation(convID, conversationEvent{Type: protocol.TypeReceipt, UserID: userID, ReadSeq: seq})
-	}
-	return nil
-}
-
-// Delivered records that a device of userID received the conversation's messages up to seq
-// (clamped to the last seq). The position only moves forward, is written with the read cursor,
-// and in DMs and small groups the other members get a delivered frame: the sender's "delivered"
-// tick. Hiding receipts does not hide it. Nothing else is sent, not even to the user's own devices.
-func (s *Service) Delivered(userID, convID string, seq int64) error {
-	u := s.online(userID)
-	if u == nil {
-		return protocol.ErrNotMember
-	}
-	u.mu.Lock()
-	p, ok := u.positions[convID]
-	if !ok {
-		u.mu.Unlock()
-		return protocol.ErrNotMember
-	}
-	seq = min(seq, s.lastSeq(convID, *p))
-	if seq <= max(p.deliveredSeq, p.readSeq) {
-		u.mu.Unlock()
-		return nil
-	}
-	p.deliveredSeq = seq
-	live, hidden := s.liveReceipts(*p), u.hideReceipts
-	u.mu.Unlock()
-	s.reads.Advance(storage.Cursor{UserID: userID, ConversationID: convID, DeliveredSeq: seq, Hidden: hidden, UpdatedAt: now()})
-	if live {
-		s.publishConversation(convID, conversationEvent{Type: protocol.TypeDelivered, UserID: userID, DeliveredSeq: seq})
-	}
-	return nil
-}
-
-// liveReceipts reports whether cursor moves in a conversation are pushed to its members: DMs and
-// small groups only.
-func (s *Service) liveReceipts(p position) bool {
-	return p.kind == storage.KindDM || p.members <= s.cfg.LiveReceiptsMaxMembers
-}
-
-// Receipts is "delivered to N, read by M" for one message; small conversations also say who read.
-type Receipts struct {
-	DeliveredTo int64
-	ReadBy      int64
-	Readers     []protocol.Reader
-}
-
-// Receipts counts on demand from the cursors who has received message seq (on any device) and who
-// has read it, excluding its sender, and for reads the users who hide their receipts. The conversation's pending cursor moves are written first;
-// nobody else's.
-func (s *Service) Receipts(ctx context.Context, userID, convID string, seq int64) (Receipts, error) {
-	p, err := s.positionOf(userID, convID)
-	if err != nil {
-		return Receipts{}, err
-	}
-	msgs, err := s.store.MessageRange(ctx, convID, seq, seq)
-	if err != nil {
-		return Receipts{}, fmt.Errorf("load message %s/%d: %w", convID, seq, err)
-	}
-	if len(msgs) == 0 {
-		return Receipts{}, protocol.Refuse(protocol.ErrNotFound, "no message %d in this conversation", seq)
-	}
-	sender := msgs[0].SenderID
-	if err := s.reads.FlushConversation(ctx, convID); err != nil {
-		s.log.Warn().Err(err).Str("conversation", convID).Msg("write read cursors before counting receipts")
-	}
-	n, err := s.store.CountReaders(ctx, convID, seq, sender)
-	if err != nil {
-		return Receipts{}, fmt.Errorf("count readers of %s/%d: %w", convID, seq, err)
-	}
-	delivered, err := s.store.CountDelivered(ctx, convID, seq, sender)
-	if err != nil {
-		return Receipts{}, fmt.Errorf("count deliveries of %s/%d: %w", convID, seq, err)
-	}
-	out := Receipts{DeliveredTo: delivered, ReadBy: n}
-	if s.liveReceipts(p) {
-		readers, err := s.store.Readers(ctx, convID, seq, sender, int64(s.cfg.LiveReceiptsMaxMembers))
-		if err != nil {
-			return Receipts{}, fmt.Errorf("list readers of %s/%d: %w", convID, seq, err)
-		}
-		for _, r := range readers {
-			out.Readers = append(out.Readers, protocol.Reader{UserID: r.UserID, ReadSeq: r.ReadSeq})
-		}
-	}
-	return out, nil
-}
-
 // Typing tells the other members online that userID is typing, at most once per TypingInterval
 // per conversation; more frequent calls succeed and send nothing.
 func (s *Service) Typing(userID, convID string) error {
@@ -477,34 +340,4 @@ func (s *Service) Typing(userID, convID string) error {
 		s.publishConversation(convID, conversationEvent{Type: protocol.TypeTyping, UserID: userID})
 	}
 	return nil
-}
-
-// SetPrivacy hides (or shows) userID's read position from others.
-func (s *Service) SetPrivacy(ctx context.Context, userID string, hide bool) error {
-	if err := s.store.SetHideReceipts(ctx, userID, hide); err != nil {
-		return fmt.Errorf("store privacy of %s: %w", userID, err)
-	}
-	// Here at once, and on the user's other nodes, whose read frames publish receipts too.
-	s.applyPrivacy(userID, userEvent{Type: userPrivacy, HideReceipts: &hide})
-	s.publishUser(userID, userEvent{Type: userPrivacy, HideReceipts: &hide})
-	return nil
-}
-
-// Badge computes a user's total unread from the store with their pending cursor moves on top, for
-// push services acting for offline users: O(conversations), never a count over messages. The
-// seqs each conversation records as deleted for everyone do not count.
-func (s *Service) Badge(ctx context.Context, userID string) (int64, error) {
-	convs, err := s.store.ConversationsOf(ctx, userID)
-	if err != nil {
-		return 0, fmt.Errorf("load conversations of %s: %w", userID, err)
-	}
-	cursors, err := s.cursorsOf(ctx, userID)
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for _, c := range convs {
-		total += unread(c.LastSeq, c.ReadSeq(userID, cursors[c.ID]), c.DeletedSeqs)
-	}
-	return total, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -107,6 +108,9 @@ func (b *publishedBus) PublishUser(userID string, data []byte) error {
 		return err
 	}
 	what := ev.Type + " " + ev.Peer
+	if ev.Type == userCursor {
+		what = fmt.Sprintf("%s %s %d", ev.Type, ev.ConvID, ev.ReadSeq)
+	}
 	if ev.Type == userPresence {
 		what += map[bool]string{true: " online", false: " last seen"}[ev.Online]
 	}
@@ -115,11 +119,22 @@ func (b *publishedBus) PublishUser(userID string, data []byte) error {
 	b.events = append(b.events, userID+": "+what)
 	return nil
 }
-func (b *publishedBus) PublishConversation(string, []byte) error { return nil }
-func (b *publishedBus) WatchConversation(string)                 {}
-func (b *publishedBus) UnwatchConversation(string)               {}
-func (b *publishedBus) WatchUser(string)                         {}
-func (b *publishedBus) UnwatchUser(string)                       {}
+
+// PublishConversation records a conversation event as "conv: type user readSeq".
+func (b *publishedBus) PublishConversation(convID string, data []byte) error {
+	var ev conversationEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.events = append(b.events, fmt.Sprintf("%s: %s %s %d", convID, ev.Type, ev.UserID, ev.ReadSeq))
+	return nil
+}
+func (b *publishedBus) WatchConversation(string)   {}
+func (b *publishedBus) UnwatchConversation(string) {}
+func (b *publishedBus) WatchUser(string)           {}
+func (b *publishedBus) UnwatchUser(string)         {}
 
 func (b *publishedBus) published() []string {
 	b.mu.Lock()

@@ -34,17 +34,13 @@ const noSuchUser = "no such user: %s"
 type Store interface {
 	presenceStore
 	blockStore
+	readStore
 	Conversation(ctx context.Context, id string) (storage.Conversation, error)
 	ConversationsOf(ctx context.Context, userID string) ([]storage.Conversation, error)
 	EnsureConversation(ctx context.Context, c storage.Conversation) (storage.Conversation, error)
 	MessageRange(ctx context.Context, conversationID string, from, to int64) ([]storage.Message, error)
-	CursorsOf(ctx context.Context, userID string) ([]storage.Cursor, error)
-	CountReaders(ctx context.Context, conversationID string, seq int64, senderID string) (int64, error)
-	CountDelivered(ctx context.Context, conversationID string, seq int64, senderID string) (int64, error)
-	Readers(ctx context.Context, conversationID string, seq int64, senderID string, limit int64) ([]storage.Cursor, error)
 	User(ctx context.Context, id string) (storage.User, error)
 	MissingUsers(ctx context.Context, ids []string) ([]string, error)
-	SetHideReceipts(ctx context.Context, userID string, hide bool) error
 	AddMembers(ctx context.Context, id string, userIDs []string) error
 	RemoveMember(ctx context.Context, id, userID string) error
 	ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) ([]storage.Message, error)
@@ -94,6 +90,9 @@ type Service struct {
 	*presence
 	// blocking keeps blocks and checks them (blocks.go): a part of its own, with its own store.
 	*blocking
+	// readState moves read and delivered positions and counts receipts and unread (reads.go): a
+	// part of its own, with its own store.
+	*readState
 
 	cfg   Config
 	store Store
@@ -105,10 +104,6 @@ type Service struct {
 	interest interestLocks
 
 	typing typingThrottle
-
-	// deleted keeps the seqs deleted for everyone of the conversations live here, so unread counts
-	// computed from memory leave them out (see unread.go).
-	deleted *deletions
 
 	// syncRanges and pageRanges merge identical concurrent message range reads of syncs and of
 	// history pages, and convs the conversation look-ups of history and hiding (see sharedReads).
@@ -173,11 +168,13 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, log zerolog.
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	l := &live{hub: hub.New[Conn, *onlineUser](cfg.Hub), bus: bus, log: log.With().Str("component", "chat").Logger()}
-	s := &Service{live: l, presence: newPresence(cfg, store, l), blocking: &blocking{live: l, store: store}, cfg: cfg, store: store, seq: seq, reads: reads,
+	l := &live{hub: hub.New[Conn, *onlineUser](cfg.Hub), bus: bus, log: log.With().Str("component", "chat").Logger(),
+		deleted: newDeletions()}
+	s := &Service{live: l, presence: newPresence(cfg, store, l), blocking: &blocking{live: l, store: store},
+		readState: &readState{live: l, cfg: cfg, store: store, reads: reads}, cfg: cfg, store: store, seq: seq, reads: reads,
 		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
-		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads), deleted: newDeletions()}
+		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads)}
 	s.syncRanges = newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, s.admitSyncRange)
 	s.typing.seen = make(map[typingKey]time.Time)
 	s.interest.seed = maphash.MakeSeed()
@@ -185,7 +182,7 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, log zerolog.
 }
 
 // positionOf returns a copy of a member's position, or protocol.ErrNotMember.
-func (s *Service) positionOf(userID, convID string) (position, error) {
+func (s *live) positionOf(userID, convID string) (position, error) {
 	if u := s.online(userID); u != nil {
 		u.mu.Lock()
 		defer u.mu.Unlock()
@@ -197,7 +194,7 @@ func (s *Service) positionOf(userID, convID string) (position, error) {
 }
 
 // lastSeq is the highest seq of a conversation known here, given a member's position in it.
-func (s *Service) lastSeq(convID string, p position) int64 {
+func (s *live) lastSeq(convID string, p position) int64 {
 	seq, _ := s.hub.Delivered(convID)
 	return max(seq, p.loadedSeq)
 }
@@ -311,28 +308,8 @@ func isClosed(ch chan struct{}) bool {
 	}
 }
 
-// cursorsOf returns a user's read cursors by conversation: the store's, with the moves not yet
-// written on top.
-func (s *Service) cursorsOf(ctx context.Context, userID string) (map[string]storage.Cursor, error) {
-	stored, err := s.store.CursorsOf(ctx, userID)
-	if err != nil {
-		return nil, fmt.Errorf("load cursors of %s: %w", userID, err)
-	}
-	out := make(map[string]storage.Cursor, len(stored))
-	for _, c := range stored {
-		out[c.ConversationID] = c
-	}
-	for _, p := range s.reads.Pending(userID) {
-		cur := out[p.ConversationID]
-		cur.UserID, cur.ConversationID = p.UserID, p.ConversationID
-		cur.ReadSeq, cur.DeliveredSeq = max(cur.ReadSeq, p.ReadSeq), max(cur.DeliveredSeq, p.DeliveredSeq)
-		out[p.ConversationID] = cur
-	}
-	return out, nil
-}
-
 // total sums an online user's unread over their conversations.
-func (s *Service) total(u *onlineUser) int64 {
+func (s *live) total(u *onlineUser) int64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	var t int64

@@ -104,7 +104,7 @@ func (d *deletions) forget(convID string, live func() bool) {
 }
 
 // liveHere reports whether a member of convID is connected here (the hub routes it).
-func (s *Service) liveHere(convID string) func() bool {
+func (s *live) liveHere(convID string) func() bool {
 	return func() bool {
 		_, ok := s.hub.Delivered(convID)
 		return ok
@@ -112,18 +112,18 @@ func (s *Service) liveHere(convID string) func() bool {
 }
 
 // learnDeleted records seqs of convID deleted for everyone, while a member here needs them.
-func (s *Service) learnDeleted(convID string, seqs []int64) {
+func (s *live) learnDeleted(convID string, seqs []int64) {
 	s.deleted.learn(convID, seqs, s.liveHere(convID))
 }
 
 // forgetDeleted drops the deletions known of conversations no member here needs any more.
-func (s *Service) forgetDeleted(convIDs ...string) {
+func (s *live) forgetDeleted(convIDs ...string) {
 	for _, id := range convIDs {
 		s.deleted.forget(id, s.liveHere(id))
 	}
 }
 
 // unreadOf is an online member's unread in one conversation, from what this node knows.
-func (s *Service) unreadOf(convID string, p position) int64 {
+func (s *live) unreadOf(convID string, p position) int64 {
 	return unread(s.lastSeq(convID, p), p.readSeq, s.deleted.of(convID))
 }
