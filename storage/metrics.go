@@ -53,6 +53,7 @@ const (
 	opBlockedWith         = op("blocked_with")
 	opDeleteAccount       = op("delete_account")
 	opBackfill            = op("backfill")
+	opAudit               = op("audit")
 	opSetName             = op("set_name")
 	opProfiles            = op("profiles")
 	opFindUsers           = op("find_users")
@@ -64,13 +65,13 @@ var ops = []op{
 	opHideConversation, opAdvanceCursors, opCursorsOf, opCountReaders, opCountDelivered, opReaders, opEnsureUser, opReviveUser,
 	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opSetHidePresence, opRecordPresence,
 	opSetLastSeen, opPresenceOf, opForgetNodePresence, opBlock, opUnblock, opBlocksOf, opBlocked,
-	opBlockedWith, opDeleteAccount, opBackfill, opSetName, opProfiles, opFindUsers,
+	opBlockedWith, opDeleteAccount, opBackfill, opAudit, opSetName, opProfiles, opFindUsers,
 }
 
 // Metrics are the store instruments: how long each operation takes and how often it fails. An
-// operation made of others (DeleteAccount, Backfill, ReviveUser) is recorded as itself and as
-// each of the others it calls. A nil *Metrics records nothing, so tests and tools need not build
-// one.
+// operation made of others (DeleteAccount, Backfill, Audit, ReviveUser) is recorded as itself and
+// as each of the others it calls. A nil *Metrics records nothing, so tests and tools need not
+// build one.
 type Metrics struct {
 	seconds *prometheus.HistogramVec
 	errors  *prometheus.CounterVec

@@ -3,8 +3,11 @@
 // conversations, sends, tails a conversation and pages its history, all through the client package
 // over one WebSocket per command. People are printed by display name (ids stay in JSON).
 //
+// backfill and audit talk to MongoDB directly instead, for operators.
+//
 // Output is plain text by default and JSON with -json (one document per result; tail prints one
-// message per line). Errors go to stderr and the exit status is 1, or 2 for a usage mistake.
+// message per line). Errors go to stderr and the exit status is 1, or 2 for a usage mistake, or 3
+// for an audit that found differences.
 package main
 
 import (
@@ -38,6 +41,9 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitDifferences ends an audit that found differences, so a script tells a store that
+	// differs from an audit that could not run (exitFailure).
+	exitDifferences = 3
 )
 
 func main() {
@@ -87,6 +93,7 @@ var commands = []command{
 	{"tail", "<conversationId>", "print messages as they arrive; reconnects and fills gaps", runTail},
 	{"history", "<conversationId>", "print one page of history", runHistory},
 	{"backfill", "", "give seqs to a legacy messages collection in MongoDB (resumable)", runBackfill},
+	{"audit", "", "check every conversation in MongoDB against its messages: seqs, counters, tombstones, unread; exit 3 when any differs", runAudit},
 }
 
 // usageError is a mistake on the command line; it exits with status 2.
@@ -133,6 +140,9 @@ func run(ctx context.Context, args []string, c cli) int {
 			return exitOK
 		case errors.Is(err, flag.ErrHelp):
 			return exitOK
+		case errors.Is(err, errDifferences):
+			fmt.Fprintf(c.stderr, "chatctl %s: %v\n", name, err)
+			return exitDifferences
 		case errors.As(err, &ue):
 			fmt.Fprintf(c.stderr, "chatctl %s: %s\nusage: chatctl %s [flags] %s\n", name, ue.msg, name, cmd.args)
 			return exitUsage
