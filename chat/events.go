@@ -213,7 +213,7 @@ func (s *Service) applyJoin(userID string, conv protocol.Conversation, deleted [
 	}
 	s.learnDeleted(conv.ID, deleted) // after the join, so no forget undoes it
 	u.mu.Unlock()
-	conv.ReadSeq, conv.Unread = 0, unread(conv.LastSeq, 0, s.deleted.of(conv.ID))
+	conv.ReadSeq, conv.Unread = 0, storage.Unread(conv.LastSeq, 0, s.deleted.of(conv.ID))
 	s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeConversation, Conversation: &conv})
 	s.badge(userID, u, conv.ID)
 }
@@ -357,7 +357,7 @@ func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversa
 	}
 	return protocol.Conversation{
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,
-		ReadSeq: read, Unread: unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt, CreatedBy: c.CreatedBy,
+		ReadSeq: read, Unread: storage.Unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt, CreatedBy: c.CreatedBy,
 		Version: c.LastVersion, LastMessage: preview,
 	}
 }

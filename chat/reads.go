@@ -186,7 +186,7 @@ func (s *readState) Badge(ctx context.Context, userID string) (int64, error) {
 	}
 	var total int64
 	for _, c := range convs {
-		total += unread(c.LastSeq, c.ReadSeq(userID, cursors[c.ID]), c.DeletedSeqs)
+		total += storage.Unread(c.LastSeq, c.ReadSeq(userID, cursors[c.ID]), c.DeletedSeqs)
 	}
 	return total, nil
 }

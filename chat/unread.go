@@ -4,26 +4,9 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
-)
 
-// unread is how many messages of a conversation a member has not read: the seqs after readSeq
-// up to lastSeq, less those among them deleted for everyone. deleted lists seqs deleted for
-// everyone, in any order and without repeats (the store's set, or the sorted copy kept here);
-// seqs outside (readSeq, lastSeq] do not count, so a deletion of a message already read, or of one
-// not delivered here yet, changes nothing. A member's own messages are never unread because
-// sending one moves the sender's readSeq past it, not because of anything here.
-func unread(lastSeq, readSeq int64, deleted []int64) int64 {
-	n := lastSeq - readSeq
-	if n <= 0 {
-		return 0
-	}
-	for _, d := range deleted {
-		if d > readSeq && d <= lastSeq {
-			n--
-		}
-	}
-	return max(n, 0)
-}
+	"github.com/chatd/chatd/storage"
+)
 
 // deletions keeps, per conversation with a member connected here, the seqs deleted for everyone,
 // so that the unread counts this node computes from memory (badges, the total on connect) leave
@@ -125,5 +108,5 @@ func (s *live) forgetDeleted(convIDs ...string) {
 
 // unreadOf is an online member's unread in one conversation, from what this node knows.
 func (s *live) unreadOf(convID string, p position) int64 {
-	return unread(s.lastSeq(convID, p), p.readSeq, s.deleted.of(convID))
+	return storage.Unread(s.lastSeq(convID, p), p.readSeq, s.deleted.of(convID))
 }

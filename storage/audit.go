@@ -450,21 +450,11 @@ func (s *Store) auditConversation(ctx context.Context, id string, o AuditOptions
 }
 
 // serverUnread is userID's unread count in c as the chat service computes it from the store
-// (chat/unread.go, Badge and toView): lastSeq less the read position (the cursor's, or the
+// (Unread, as Badge and toView use it): lastSeq less the read position (the cursor's, or the
 // member's own newest message), less the deleted seqs after it. It returns that read position too.
 func serverUnread(c Conversation, userID string, cur Cursor) (unread, read int64) {
-	last := c.LastSeq
-	read = min(c.ReadSeq(userID, cur), last)
-	n := last - read
-	if n <= 0 {
-		return 0, read
-	}
-	for _, d := range c.DeletedSeqs {
-		if d > read && d <= last {
-			n--
-		}
-	}
-	return max(n, 0), read
+	read = min(c.ReadSeq(userID, cur), c.LastSeq)
+	return Unread(c.LastSeq, read, c.DeletedSeqs), read
 }
 
 // previewDifference says how stored differs from the preview of the newest message, the way the

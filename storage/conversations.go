@@ -115,6 +115,25 @@ func (c Conversation) ReadSeq(userID string, cur Cursor) int64 {
 	return max(cur.ReadSeq, c.Senders[userID])
 }
 
+// Unread is how many messages of a conversation a member has not read: the seqs after readSeq
+// up to lastSeq, less those among them deleted for everyone. deleted lists seqs deleted for
+// everyone, in any order and without repeats (the store's set, or a sorted copy);
+// seqs outside (readSeq, lastSeq] do not count, so a deletion of a message already read, or of one
+// not delivered here yet, changes nothing. A member's own messages are never unread because
+// sending one moves the sender's readSeq past it, not because of anything here.
+func Unread(lastSeq, readSeq int64, deleted []int64) int64 {
+	n := lastSeq - readSeq
+	if n <= 0 {
+		return 0
+	}
+	for _, d := range deleted {
+		if d > readSeq && d <= lastSeq {
+			n--
+		}
+	}
+	return max(n, 0)
+}
+
 // IsMember reports whether userID is in the conversation.
 func (c Conversation) IsMember(userID string) bool {
 	for _, m := range c.Members {
