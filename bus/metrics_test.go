@@ -10,31 +10,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/chatd/chatd/bus"
-	"github.com/chatd/chatd/testenv"
 	"github.com/chatd/chatd/testenv/promtest"
 )
-
-// metric reads the value of one series of reg, a counter or gauge, by its exposed name and
-// labels (name, value pairs). It fails the test if there is no such series.
-func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	s := promtest.Read(t, reg, name, labels...)
-	if !s.Found {
-		t.Fatalf("no metric %s%v is registered", name, labels)
-	}
-	return s.Value
-}
-
-// waitMetric waits until a series has the value want.
-func waitMetric(t *testing.T, reg *prometheus.Registry, want float64, name string, labels ...string) {
-	t.Helper()
-	testenv.CheckFor(t, 5*time.Second, 2*time.Millisecond, func() error {
-		if got := metric(t, reg, name, labels...); got != want {
-			return fmt.Errorf("%s%v = %v, want %v", name, labels, got, want)
-		}
-		return nil
-	})
-}
 
 // TestMetricsCountReceivedByKind: every message taken from NATS counts once under the kind of
 // its subject, and a persisted message reaches the handler with the time it was received.
@@ -48,7 +25,7 @@ func TestMetricsCountReceivedByKind(t *testing.T) {
 
 	before := time.Now()
 	publish(t, other, "chat.conv.c1.msg", "m1")
-	waitMetric(t, reg, 1, "chatd_bus_messages_received_total", "kind", "message")
+	promtest.WaitFor(t, reg, 5*time.Second, 1, "chatd_bus_messages_received_total", "kind", "message")
 	waitEvents(t, r, "c1", event{"msg", "c1", "m1"})
 	r.mu.Lock()
 	received := r.received
@@ -61,10 +38,10 @@ func TestMetricsCountReceivedByKind(t *testing.T) {
 	publish(t, other, "chat.conv.c1.evt", "e2")
 	publish(t, other, "chat.user.u1", "badge")
 	publish(t, other, "chat.conv.c1.unknown", "ignored")
-	waitMetric(t, reg, 2, "chatd_bus_messages_received_total", "kind", "conversation_event")
-	waitMetric(t, reg, 1, "chatd_bus_messages_received_total", "kind", "user_event")
-	waitMetric(t, reg, 1, "chatd_bus_messages_received_total", "kind", "other")
-	if got := metric(t, reg, "chatd_bus_messages_received_total", "kind", "message"); got != 1 {
+	promtest.WaitFor(t, reg, 5*time.Second, 2, "chatd_bus_messages_received_total", "kind", "conversation_event")
+	promtest.WaitFor(t, reg, 5*time.Second, 1, "chatd_bus_messages_received_total", "kind", "user_event")
+	promtest.WaitFor(t, reg, 5*time.Second, 1, "chatd_bus_messages_received_total", "kind", "other")
+	if got := promtest.Registered(t, reg, "chatd_bus_messages_received_total", "kind", "message").Value; got != 1 {
 		t.Errorf(`chatd_bus_messages_received_total{kind="message"} = %v after events only, want still 1`, got)
 	}
 }
@@ -90,7 +67,7 @@ func TestMetricsGaugeSubscriptionsAndQueue(t *testing.T) {
 		}
 	}()
 
-	subscriptions := func() float64 { return metric(t, reg, "chatd_bus_subscriptions") }
+	subscriptions := func() float64 { return promtest.Registered(t, reg, "chatd_bus_subscriptions").Value }
 	for _, st := range []struct {
 		name string
 		do   func()
@@ -118,10 +95,10 @@ func TestMetricsGaugeSubscriptionsAndQueue(t *testing.T) {
 	for i := range 3 {
 		publish(t, other, "chat.conv.c1.msg", fmt.Sprint(i))
 	}
-	waitMetric(t, reg, 3, "chatd_bus_dispatch_queue_depth")
+	promtest.WaitFor(t, reg, 5*time.Second, 3, "chatd_bus_dispatch_queue_depth")
 	unblock()
 	waitEvents(t, r, "c1", event{"msg", "c1", "0"}, event{"msg", "c1", "1"}, event{"msg", "c1", "2"})
-	if got := metric(t, reg, "chatd_bus_dispatch_queue_depth"); got != 0 {
+	if got := promtest.Registered(t, reg, "chatd_bus_dispatch_queue_depth").Value; got != 0 {
 		t.Errorf("chatd_bus_dispatch_queue_depth = %v once all was handled, want 0", got)
 	}
 

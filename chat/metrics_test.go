@@ -14,17 +14,6 @@ import (
 	"github.com/chatd/chatd/testenv/promtest"
 )
 
-// metric reads one series of reg by its exposed name and labels (name, value pairs). It fails
-// the test if there is no such series.
-func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) promtest.Sample {
-	t.Helper()
-	s := promtest.Read(t, reg, name, labels...)
-	if !s.Found {
-		t.Fatalf("no metric %s%v is registered", name, labels)
-	}
-	return s
-}
-
 // metricsService is a test service whose service and engine record into one registry.
 func metricsService(t *testing.T) (*testService, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
@@ -41,7 +30,9 @@ func TestMetricsCountSends(t *testing.T) {
 	dm := ts.dm("alice", "bob")
 
 	req := SendRequest{ConversationID: dm, ClientMsgID: uuid.NewString(), Body: "hi"}
-	failed := func(code string) float64 { return metric(t, reg, "chatd_sends_failed_total", "code", code).Value }
+	failed := func(code string) float64 {
+		return promtest.Registered(t, reg, "chatd_sends_failed_total", "code", code).Value
+	}
 	steps := []struct {
 		name   string
 		do     func() error
@@ -77,10 +68,10 @@ func TestMetricsCountSends(t *testing.T) {
 		if (err != nil) != (st.code != "") {
 			t.Fatalf("%s: error %v", st.name, err)
 		}
-		if got := metric(t, reg, "chatd_sends_acked_total").Value; got != float64(st.acked) {
+		if got := promtest.Registered(t, reg, "chatd_sends_acked_total").Value; got != float64(st.acked) {
 			t.Errorf("%s: chatd_sends_acked_total = %v, want %v", st.name, got, st.acked)
 		}
-		if got := metric(t, reg, "chatd_send_ack_seconds").Count; got != st.acked {
+		if got := promtest.Registered(t, reg, "chatd_send_ack_seconds").Count; got != st.acked {
 			t.Errorf("%s: chatd_send_ack_seconds has %v observations, want %v", st.name, got, st.acked)
 		}
 		if st.code != "" {
@@ -130,10 +121,10 @@ func TestMetricsCountHistoryPages(t *testing.T) {
 	if _, err := ts.svc.History(ts.ctx, "carol", dm, Anchor{}, 10); !errors.Is(err, protocol.ErrNotMember) {
 		t.Fatalf("a non-member's page: %v, want %v", err, protocol.ErrNotMember)
 	}
-	if got := metric(t, reg, "chatd_history_pages_total").Value; got != 1 {
+	if got := promtest.Registered(t, reg, "chatd_history_pages_total").Value; got != 1 {
 		t.Errorf("chatd_history_pages_total = %v, want 1", got)
 	}
-	if got := metric(t, reg, "chatd_history_page_seconds").Count; got != 1 {
+	if got := promtest.Registered(t, reg, "chatd_history_page_seconds").Count; got != 1 {
 		t.Errorf("chatd_history_page_seconds has %v observations, want 1", got)
 	}
 }
@@ -147,7 +138,7 @@ func TestMetricsCountResyncs(t *testing.T) {
 	bob := ts.connect("bob")
 	dm := ts.dm("alice", "bob")
 	ts.send("alice", dm, "through the bus")
-	if got := metric(t, reg, "chatd_deliver_seconds").Count; got != 1 {
+	if got := promtest.Registered(t, reg, "chatd_deliver_seconds").Count; got != 1 {
 		t.Fatalf("after a message through the bus, chatd_deliver_seconds has %v observations, want 1", got)
 	}
 	// Stored while this node could not hear the bus.
@@ -163,17 +154,17 @@ func TestMetricsCountResyncs(t *testing.T) {
 	if got := bob.seqs(t, dm); len(got) != 4 {
 		t.Fatalf("bob saw seqs %v, want 4 of them", got)
 	}
-	if got := metric(t, reg, "chatd_resyncs_total").Value; got != 2 {
+	if got := promtest.Registered(t, reg, "chatd_resyncs_total").Value; got != 2 {
 		t.Errorf("chatd_resyncs_total = %v, want 2", got)
 	}
-	if got := metric(t, reg, "chatd_resync_messages_total").Value; got != 3 {
+	if got := promtest.Registered(t, reg, "chatd_resync_messages_total").Value; got != 3 {
 		t.Errorf("chatd_resync_messages_total = %v, want 3", got)
 	}
-	if got := metric(t, reg, "chatd_deliver_seconds").Count; got != 1 {
+	if got := promtest.Registered(t, reg, "chatd_deliver_seconds").Count; got != 1 {
 		t.Errorf("after the resync, chatd_deliver_seconds has %v observations, want still 1", got)
 	}
 	// Every message reached alice's connection and bob's.
-	if got := metric(t, reg, "chatd_deliveries_total").Value; got != 8 {
+	if got := promtest.Registered(t, reg, "chatd_deliveries_total").Value; got != 8 {
 		t.Errorf("chatd_deliveries_total = %v, want 8 (4 messages to 2 connections)", got)
 	}
 }

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
+	"github.com/chatd/chatd/testenv/poll"
 )
 
 // TestReadMovesEveryDeviceOnce: one read gives each of the reader's connections, the one that
@@ -233,16 +235,15 @@ func TestTypingThrottled(t *testing.T) {
 		t.Errorf("typing in another conversation was published %d times, want 1", n)
 	}
 
-	deadline := time.Now().Add(5 * time.Second)
-	for len(bob.ofType(t, protocol.TypeTyping)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("typing never fanned out again after the interval")
+	poll.CheckFor(t, 5*time.Second, time.Millisecond, func() error {
+		if n := len(bob.ofType(t, protocol.TypeTyping)); n < 2 {
+			if err := ts.svc.Typing("alice", dm); err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Errorf("typing never fanned out again after the interval: bob got %d typing frames", n)
 		}
-		if err := ts.svc.Typing("alice", dm); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	if since := time.Since(first); since < interval {
 		t.Errorf("typing fanned out again after %v, within the interval %v", since, interval)
 	}

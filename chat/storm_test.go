@@ -13,6 +13,7 @@ import (
 
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/testenv/poll"
 	"github.com/chatd/chatd/testenv/promtest"
 )
 
@@ -94,13 +95,12 @@ func (g *sharedReads[K, V]) waitingFor(key K) int {
 // waitUntil polls cond until it holds, failing the test after ten seconds with what.
 func waitUntil(t *testing.T, what func() string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what())
+	poll.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+		if !cond() {
+			return fmt.Errorf("waiting: %s", what())
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // stormGroup makes a group of alice and n more users, with msgs messages in it, and opens (without

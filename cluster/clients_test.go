@@ -114,7 +114,7 @@ func (c *cluster) newMember(ctx context.Context, name string) (*member, error) {
 // newMemberAt signs in as name through the load balancer and opens its first connection at
 // wsURL; it reconnects through the load balancer.
 func (c *cluster) newMemberAt(ctx context.Context, name, wsURL string) (*member, error) {
-	token, _, err := client.Login(ctx, http.DefaultClient, c.lbURL, name)
+	token, _, err := client.Login(ctx, http.DefaultClient, c.lb.URL, name)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func (c *cluster) newMemberAt(ctx context.Context, name, wsURL string) (*member,
 }
 
 // wsURL is the load balancer's WebSocket endpoint.
-func (c *cluster) wsURL() string { return "ws" + strings.TrimPrefix(c.lbURL, "http") + "/ws" }
+func (c *cluster) wsURL() string { return "ws" + strings.TrimPrefix(c.lb.URL, "http") + "/ws" }
 
 // membersOn signs in the named users and connects each straight to node n rather than through
 // the load balancer, so a test knows whose connections a crash of n cuts. They reconnect

@@ -118,7 +118,7 @@ func TestSendsAcrossNodesAreGaplessAndDeliveredOnce(t *testing.T) {
 func TestOwnerCrashLosesNoAcknowledgedSend(t *testing.T) {
 	c := startCluster(t)
 	runCrash(t, c, func(owner *chatNode) string {
-		owner.kill()
+		owner.Kill()
 		return "SIGKILLed " + owner.id + ", the owner"
 	})
 }
@@ -130,7 +130,7 @@ func TestOwnerCrashLosesNoAcknowledgedSend(t *testing.T) {
 func TestOwnerStopHandsOver(t *testing.T) {
 	c := startCluster(t)
 	stall := runCrash(t, c, func(owner *chatNode) string {
-		owner.stop()
+		_ = owner.Stop() // the handover is the point, not how the process exits
 		return "stopped " + owner.id + " (SIGTERM), the owner"
 	})
 	if stall >= sequencer.DefaultLeaseTTL {
@@ -158,8 +158,8 @@ func TestNATSServerLossIsSurvived(t *testing.T) {
 				if err != nil {
 					t.Fatalf("find the %s: %v", victim.name, err)
 				}
-				s.kill()
-				return fmt.Sprintf("SIGKILLed %s, the %s (owner %s)", s.name, victim.name, owner.id)
+				s.Kill()
+				return fmt.Sprintf("SIGKILLed %s, the %s (owner %s)", s.Name, victim.name, owner.id)
 			})
 			for _, n := range c.nodes {
 				testenv.CheckFor(t, failoverBound, pollInterval, n.ready) // on a live NATS server

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -35,211 +34,13 @@ const (
 	testPartitions = 8
 	// startTimeout bounds one process's start; chatd itself waits up to 30 s for its dependencies.
 	startTimeout = 60 * time.Second
-	// stopTimeout is how long a process gets after SIGTERM before SIGKILL; a chat node's graceful
-	// stop has stages of up to 10 s each.
-	stopTimeout = 30 * time.Second
 	// pollInterval is how often conditions are polled (testenv.CheckFor); short against every
 	// bound waited for.
 	pollInterval = 50 * time.Millisecond
 )
 
-// repoRoot is where nats.conf and deploy/ are, seen from this package's directory.
+// repoRoot is where nats.conf is, seen from this package's directory.
 const repoRoot = ".."
-
-// nginxBinary finds Debian's nginx, which is not on a non-root PATH. The multi-node tests need a
-// real load balancer, so its absence fails them rather than skipping them.
-func nginxBinary(t testing.TB) string {
-	t.Helper()
-	if p, err := exec.LookPath("nginx"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/sbin/nginx"); err == nil {
-		return "/usr/sbin/nginx"
-	}
-	t.Fatal("nginx is not installed: the multi-node tests run behind a real nginx (scripts/test installs it; apt-get install nginx)")
-	return ""
-}
-
-// process is a child process of the test, its output in a log file in the test's directory.
-type process struct {
-	name   string
-	log    string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // why it exited; valid once exited is closed
-}
-
-// startProcess starts bin and stops it when the test ends (SIGTERM, then SIGKILL after
-// stopTimeout); if the test failed, the end of its log goes into the test log.
-func startProcess(t testing.TB, dir, name string, env []string, bin string, args ...string) *process {
-	t.Helper()
-	p := spawn(t, dir, name, env, bin, args...)
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("end of the log of %s:\n%s", name, tail(p.log, 25))
-		}
-	})
-	return p
-}
-
-// spawn starts bin with its output appended to <dir>/<name>.log, so a process started again
-// under the same name (a restart) continues the log of its first run. Whoever calls it stops it.
-func spawn(t testing.TB, dir, name string, env []string, bin string, args ...string) *process {
-	t.Helper()
-	logPath := filepath.Join(dir, name+".log")
-	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatalf("open log of %s: %v", name, err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(childEnv(), env...)
-	cmd.Stdout, cmd.Stderr = out, out
-	// Its own process group, so a signal reaches nginx's workers with their master; and SIGKILL
-	// if the test binary dies, so no server outlives a crashed or timed-out test.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = out.Close()
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &process{name: name, log: logPath, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		_ = out.Close() // the child has exited; nothing more is written
-		close(p.exited)
-	}()
-	return p
-}
-
-// childEnv is the test's environment without CHAT_ and NATS_ settings, so nothing from the
-// developer's shell changes how the children run.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CHAT_") && !strings.HasPrefix(kv, "NATS_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// alive returns an error if the process has exited, with the end of its log. The error wraps
-// testenv.ErrGiveUp: a wait for a condition of a process that is gone ends at once.
-func (p *process) alive() error {
-	select {
-	case <-p.exited:
-		return fmt.Errorf("%s exited (%v), %w; end of its log:\n%s", p.name, p.err, testenv.ErrGiveUp, tail(p.log, 15))
-	default:
-		return nil
-	}
-}
-
-// holds returns nil if the process itself listens on every one of ports. A server started on
-// ports the test picked may find one taken and exit, and until it has, whatever took the port
-// answers there in its name (testenv.HoldsPort).
-func (p *process) holds(ports ...int) error {
-	for _, port := range ports {
-		if err := testenv.HoldsPort(p.cmd.Process.Pid, port); err != nil {
-			return fmt.Errorf("%s: %w", p.name, err)
-		}
-	}
-	return nil
-}
-
-// stopAll stops the processes together.
-func stopAll[P interface{ stop() }](ps []P) {
-	var wg sync.WaitGroup
-	for _, p := range ps {
-		wg.Go(p.stop)
-	}
-	wg.Wait()
-}
-
-// waitStarted waits until ready returns nil while the processes just started all run. If one
-// exits first (on a port that was taken, say), it returns at once why, with the end of its log;
-// on any error it stops them all, so that a new try can start afresh.
-func waitStarted[P interface {
-	alive() error
-	stop()
-}](ps []P, ready func() error) error {
-	err := testenv.Poll(startTimeout, pollInterval, func() error {
-		for _, p := range ps {
-			if err := p.alive(); err != nil {
-				return err
-			}
-		}
-		return ready()
-	})
-	if err != nil {
-		stopAll(ps)
-	}
-	return err
-}
-
-func (p *process) signal(sig syscall.Signal) {
-	_ = syscall.Kill(-p.cmd.Process.Pid, sig) // it may have exited already; Wait reports that
-}
-
-// kill ends the process with SIGKILL, as a crash would, and waits for it.
-func (p *process) kill() {
-	p.signal(syscall.SIGKILL)
-	<-p.exited
-}
-
-// stop ends the process gracefully, or with SIGKILL after stopTimeout.
-func (p *process) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(stopTimeout):
-		p.kill()
-	}
-}
-
-// starve takes CPU time away from the running process for total: it stops it (SIGSTOP) for
-// stopped, lets it run (SIGCONT) for running, and so on, then leaves it running. A cleanup sends
-// SIGCONT too, so a test that ends early never leaves a process stopped.
-func (p *process) starve(t testing.TB, total, stopped, running time.Duration) {
-	t.Helper()
-	t.Cleanup(func() { p.signal(syscall.SIGCONT) })
-	defer p.signal(syscall.SIGCONT)
-	for end := time.Now().Add(total); time.Now().Before(end); {
-		p.signal(syscall.SIGSTOP)
-		time.Sleep(stopped) // the pattern itself, not a wait for a condition
-		p.signal(syscall.SIGCONT)
-		time.Sleep(running)
-	}
-}
-
-// logLines returns the lines of the process's log that contain s.
-func (p *process) logLines(s string) []string {
-	data, err := os.ReadFile(p.log)
-	if err != nil {
-		return []string{fmt.Sprintf("(cannot read %s: %v)", p.log, err)}
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(line, s) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-// tail returns the last n lines of a file, for failure messages.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", path, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
 
 // probeClient asks health and debug endpoints; a server that does not answer in two seconds is
 // treated as down. It keeps no connection open between probes, so none outlives the tests (see
@@ -266,39 +67,25 @@ func getOK(url string) ([]byte, error) {
 // natsServer is one nats-server process of the test's cluster, configured by the repository's
 // nats.conf with its addresses moved to loopback ports by flags, as scripts/cluster runs it.
 type natsServer struct {
-	*process
+	*testenv.Process
 	clientPort, monitorPort int
-	// run starts the server's process: the same name, ports, store directory and routes every
-	// time, so a restarted server is the same cluster member.
-	run func() *process
 }
 
 func (s *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.clientPort) }
-
-// restart starts a server again after it was killed or stopped, as a supervisor or an operator
-// brings one back: same ports, same store directory, same routes. The cluster's stop stops it
-// with the others; the cleanup of its first run shows the end of the log they share.
-func (s *natsServer) restart(t testing.TB) {
-	t.Helper()
-	if s.alive() == nil {
-		t.Fatalf("restart %s: it is still running", s.name)
-	}
-	s.process = s.run()
-}
 
 // healthy asks the monitoring endpoint's full health check, which answers 200 once the server
 // listens for clients and routes, is current with the JetStream meta leader and every stream and
 // consumer replica it holds has caught up: for a restarted server, once it has rejoined
 // JetStream. The monitoring port must be the server's own for its answer to count.
 func (s *natsServer) healthy() error {
-	if err := s.alive(); err != nil {
+	if err := s.Alive(); err != nil {
 		return err
 	}
-	if err := s.holds(s.monitorPort); err != nil {
+	if err := s.Holds(s.monitorPort); err != nil {
 		return err
 	}
 	if _, err := getOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", s.monitorPort)); err != nil {
-		return fmt.Errorf("%s not healthy: %w", s.name, err)
+		return fmt.Errorf("%s not healthy: %w", s.Name, err)
 	}
 	return nil
 }
@@ -315,7 +102,7 @@ func (s *natsServer) clientNames() ([]string, error) {
 		} `json:"connections"`
 	}
 	if err := json.Unmarshal(body, &connz); err != nil {
-		return nil, fmt.Errorf("decode connz of %s: %w", s.name, err)
+		return nil, fmt.Errorf("decode connz of %s: %w", s.Name, err)
 	}
 	names := make([]string, len(connz.Connections))
 	for i, c := range connz.Connections {
@@ -326,7 +113,7 @@ func (s *natsServer) clientNames() ([]string, error) {
 
 // chatNode is one chatd process.
 type chatNode struct {
-	*process
+	*testenv.Process
 	id        string
 	port      int
 	adminPort int
@@ -338,10 +125,10 @@ func (n *chatNode) url() string { return fmt.Sprintf("http://127.0.0.1:%d", n.po
 func (n *chatNode) adminURL() string { return fmt.Sprintf("http://127.0.0.1:%d", n.adminPort) }
 
 func (n *chatNode) ready() error {
-	if err := n.alive(); err != nil {
+	if err := n.Alive(); err != nil {
 		return err
 	}
-	if err := n.holds(n.port, n.adminPort); err != nil {
+	if err := n.Holds(n.port, n.adminPort); err != nil {
 		return err
 	}
 	if _, err := getOK(n.url() + "/readyz"); err != nil {
@@ -352,7 +139,7 @@ func (n *chatNode) ready() error {
 
 // owned asks the node which partitions it owns right now.
 func (n *chatNode) owned() ([]int, error) {
-	if err := n.alive(); err != nil {
+	if err := n.Alive(); err != nil {
 		return nil, err
 	}
 	body, err := getOK(n.adminURL() + "/debug/partitions")
@@ -372,17 +159,30 @@ func (n *chatNode) owned() ([]int, error) {
 	return out.Owned, nil
 }
 
+// starve takes CPU time away from the running node for total: it stops it (SIGSTOP) for
+// stopped, lets it run (SIGCONT) for running, and so on, then leaves it running. A cleanup sends
+// SIGCONT too, so a test that ends early never leaves a process stopped.
+func (n *chatNode) starve(t testing.TB, total, stopped, running time.Duration) {
+	t.Helper()
+	t.Cleanup(func() { n.Signal(syscall.SIGCONT) })
+	defer n.Signal(syscall.SIGCONT)
+	for end := time.Now().Add(total); time.Now().Before(end); {
+		n.Signal(syscall.SIGSTOP)
+		time.Sleep(stopped) // the pattern itself, not a wait for a condition
+		n.Signal(syscall.SIGCONT)
+		time.Sleep(running)
+	}
+}
+
 // cluster is one deployment started for a test: a NATS cluster, a shared store, chat nodes and
-// nginx in front. Clients reach it only through LBURL.
+// nginx in front. Clients reach it only through lb.URL.
 type cluster struct {
-	t         *testing.T
-	dir       string
-	nats      []*natsServer
-	store     storage.Config
-	nodes     []*chatNode
-	lb        *process
-	lbURL     string
-	accessLog string
+	t     *testing.T
+	dir   string
+	nats  []*natsServer
+	store storage.Config
+	nodes []*chatNode
+	lb    *testenv.Nginx
 }
 
 // startCluster starts everything and returns once every node is ready, the partitions are
@@ -406,9 +206,9 @@ func startCluster(t *testing.T) *cluster {
 // would do the same one process at a time.
 func (c *cluster) stop() {
 	began := time.Now()
-	c.lb.stop()
-	stopAll(c.nodes)
-	stopAll(c.nats)
+	_ = c.lb.Stop() // how the load balancer exits is no part of any test
+	testenv.StopAll(c.nodes)
+	testenv.StopAll(c.nats)
 	c.t.Logf("cluster stopped in %s", time.Since(began).Round(time.Millisecond))
 }
 
@@ -437,11 +237,10 @@ func (c *cluster) startNATS() {
 			env := []string{"NATS_SERVER_NAME=" + name, "NATS_STORE_DIR=" + storeDir}
 			args := []string{"-c", conf, "-a", "127.0.0.1", "-p", strconv.Itoa(s.clientPort), "-m", strconv.Itoa(s.monitorPort),
 				"--cluster", routes[i], "--routes", strings.Join(routes, ",")}
-			s.run = func() *process { return spawn(c.t, c.dir, name, env, bin, args...) }
-			s.process = startProcess(c.t, c.dir, name, env, bin, args...)
+			s.Process = testenv.StartProcess(c.t, c.dir, name, env, bin, args...)
 			c.nats = append(c.nats, s)
 		}
-		return waitStarted(c.nats, c.natsHealthy)
+		return testenv.WaitStarted(c.nats, startTimeout, c.natsHealthy)
 	})
 }
 
@@ -473,7 +272,7 @@ func (c *cluster) startNodes() {
 		for i := range clusterSize {
 			id := fmt.Sprintf("chat-%d", i+1)
 			n := &chatNode{id: id, port: ports[2*i], adminPort: ports[2*i+1]}
-			n.process = startProcess(c.t, c.dir, id, []string{
+			n.Process = testenv.StartProcess(c.t, c.dir, id, []string{
 				"CHAT_NODE_ID=" + id,
 				"CHAT_ADDR=127.0.0.1:" + strconv.Itoa(n.port),
 				"CHAT_ADMIN_ADDR=127.0.0.1:" + strconv.Itoa(n.adminPort),
@@ -492,7 +291,7 @@ func (c *cluster) startNodes() {
 			}, bin)
 			c.nodes = append(c.nodes, n)
 		}
-		return waitStarted(c.nodes, func() error {
+		return testenv.WaitStarted(c.nodes, startTimeout, func() error {
 			for _, n := range c.nodes {
 				if err := n.ready(); err != nil {
 					return err
@@ -507,7 +306,7 @@ func (c *cluster) startNodes() {
 func (c *cluster) live() []*chatNode {
 	var out []*chatNode
 	for _, n := range c.nodes {
-		if n.alive() == nil {
+		if n.Alive() == nil {
 			out = append(out, n)
 		}
 	}
@@ -580,67 +379,20 @@ func (c *cluster) settledOwners(timeout time.Duration) map[int]*chatNode {
 	return owner
 }
 
-// startLB renders the repository's nginx templates for this cluster and starts nginx on a port
-// the test picks (testenv.StartOnPorts): nginx listens where its configuration says.
+// startLB starts nginx in front of the nodes (testenv.StartNginx), with the repository's
+// configuration.
 func (c *cluster) startLB() {
-	bin := nginxBinary(c.t)
-	runDir := filepath.Join(c.dir, "nginx")
-	if err := os.MkdirAll(runDir, 0o755); err != nil {
-		c.t.Fatalf("make nginx dir: %v", err)
-	}
 	var upstreams strings.Builder
 	for _, n := range c.nodes {
 		fmt.Fprintf(&upstreams, "server 127.0.0.1:%d max_fails=1 fail_timeout=5s; ", n.port)
 	}
-	c.accessLog = filepath.Join(c.dir, "nginx-access.log")
-	renderTemplate(c.t, "local.conf.template", filepath.Join(runDir, "nginx.conf"), map[string]string{
-		"CHAT_LB_RUN_DIR": runDir,
-	})
-	testenv.StartOnPorts(c.t, 1, func(ports []int) error {
-		renderTemplate(c.t, "chat.conf.template", filepath.Join(runDir, "chat.conf"), map[string]string{
-			"CHAT_LB_LISTEN":     "127.0.0.1:" + strconv.Itoa(ports[0]),
-			"CHAT_LB_UPSTREAMS":  upstreams.String(),
-			"CHAT_LB_ACCESS_LOG": c.accessLog,
-		})
-		c.lb = startProcess(c.t, c.dir, "nginx", nil, bin, "-p", runDir, "-c", "nginx.conf", "-e", "stderr")
-		c.lbURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-		// On a port taken meanwhile nginx tries to bind for 2.5 s, then exits.
-		return waitStarted([]*process{c.lb}, func() error {
-			if err := c.lb.holds(ports[0]); err != nil {
-				return err
-			}
-			if _, err := getOK(c.lbURL + "/lb/healthz"); err != nil {
-				return fmt.Errorf("nginx not answering: %w", err)
-			}
-			return nil
-		})
-	})
-}
-
-// renderTemplate fills the ${NAME} placeholders of deploy/nginx/<name> and writes the result to
-// dst; a placeholder left unfilled fails the test.
-func renderTemplate(t testing.TB, name, dst string, values map[string]string) {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "nginx", name))
-	if err != nil {
-		t.Fatalf("read nginx template: %v", err)
-	}
-	text := string(data)
-	for k, v := range values {
-		text = strings.ReplaceAll(text, "${"+k+"}", v)
-	}
-	if i := strings.Index(text, "${CHAT_LB_"); i >= 0 {
-		t.Fatalf("%s: placeholder %s... left unfilled", name, text[i:min(len(text), i+30)])
-	}
-	if err := os.WriteFile(dst, []byte(text), 0o644); err != nil {
-		t.Fatalf("write %s: %v", dst, err)
-	}
+	c.lb = testenv.StartNginx(c.t, filepath.Join(c.dir, "nginx"), upstreams.String())
 }
 
 // wsSessions counts, by node, the WebSocket sessions nginx has logged. nginx logs a request when
 // it ends, so a session appears once it is closed.
 func (c *cluster) wsSessions() (map[string]int, error) {
-	data, err := os.ReadFile(c.accessLog)
+	data, err := os.ReadFile(c.lb.AccessLog)
 	if err != nil {
 		return nil, fmt.Errorf("read nginx access log: %w", err)
 	}
@@ -667,7 +419,7 @@ func (c *cluster) wsSessions() (map[string]int, error) {
 // natsServerOf returns the NATS server a chat node's connection is on.
 func (c *cluster) natsServerOf(n *chatNode) (*natsServer, error) {
 	for _, s := range c.nats {
-		if s.alive() != nil {
+		if s.Alive() != nil {
 			continue
 		}
 		names, err := s.clientNames()
@@ -698,7 +450,7 @@ func (c *cluster) jetStreamLeaders() (map[string]string, error) {
 	leaders := make(map[string]string)
 	asked := 0
 	for _, s := range c.nats {
-		if s.alive() != nil {
+		if s.Alive() != nil {
 			continue
 		}
 		body, err := getOK(fmt.Sprintf("http://127.0.0.1:%d/jsz?accounts=true&streams=true", s.monitorPort))
@@ -719,7 +471,7 @@ func (c *cluster) jetStreamLeaders() (map[string]string, error) {
 			} `json:"account_details"`
 		}
 		if err := json.Unmarshal(body, &jsz); err != nil {
-			return nil, fmt.Errorf("decode jsz of %s: %w", s.name, err)
+			return nil, fmt.Errorf("decode jsz of %s: %w", s.Name, err)
 		}
 		asked++
 		if leaders[metaGroup] == "" {
@@ -742,7 +494,7 @@ func (c *cluster) jetStreamLeaders() (map[string]string, error) {
 // natsNamed returns the test's server of that name.
 func (c *cluster) natsNamed(name string) (*natsServer, error) {
 	for _, s := range c.nats {
-		if s.name == name {
+		if s.Name == name {
 			return s, nil
 		}
 	}
@@ -883,7 +635,7 @@ func (c *cluster) ledNow(s *natsServer) string {
 	if err != nil {
 		return fmt.Sprintf("unknown (%v)", err)
 	}
-	if led := ledBy(leaders, s.name); len(led) > 0 {
+	if led := ledBy(leaders, s.Name); len(led) > 0 {
 		return strings.Join(led, ", ")
 	}
 	return "none of the ownership streams or the meta group"
@@ -961,7 +713,7 @@ func (s *ownershipSampler) take() {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case n.alive() != nil:
+			case n.Alive() != nil:
 				sample.dead[n.id] = true
 			case err != nil:
 				sample.failed = append(sample.failed, n.id)

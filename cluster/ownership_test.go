@@ -75,13 +75,13 @@ func TestNATSLeaderLossMovesNoPartition(t *testing.T) {
 
 	victim, led := c.ownershipLeader(10 * time.Second)
 	killed := time.Now()
-	victim.kill()
-	t.Logf("SIGKILLed %s, the leader of %s, at %s", victim.name, strings.Join(led, ", "), sampler.elapsed())
+	victim.Kill()
+	t.Logf("SIGKILLed %s, the leader of %s, at %s", victim.Name, strings.Join(led, ", "), sampler.elapsed())
 	time.Sleep(natsRestartDelay) // the outage itself, not a wait for a condition
 	restarted := time.Now()
-	victim.restart(t)
+	victim.Restart(t)
 	testenv.CheckFor(t, startTimeout, pollInterval, c.natsHealthy)
-	t.Logf("restarted %s %s after the kill; it had rejoined JetStream %s later, at %s", victim.name,
+	t.Logf("restarted %s %s after the kill; it had rejoined JetStream %s later, at %s", victim.Name,
 		restarted.Sub(killed).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond), sampler.elapsed())
 	time.Sleep(afterFault) // sends go on with the cluster whole again
 
@@ -114,10 +114,10 @@ func TestNATSRollingRestart(t *testing.T) {
 	for _, s := range c.nats {
 		led, at := c.ledNow(s), sampler.elapsed()
 		stopped := time.Now()
-		s.stop()
-		s.restart(t)
+		_ = s.Stop() // the rolling restart is the point, not how the server exits
+		s.Restart(t)
 		testenv.CheckFor(t, startTimeout, pollInterval, c.natsHealthy)
-		t.Logf("restarted %s (SIGTERM at %s; it led %s): every server healthy again %s after the stop", s.name, at, led, time.Since(stopped).Round(time.Millisecond))
+		t.Logf("restarted %s (SIGTERM at %s; it led %s): every server healthy again %s after the stop", s.Name, at, led, time.Since(stopped).Round(time.Millisecond))
 	}
 	t.Logf("rolling restart of %d NATS servers took %s", len(c.nats), time.Since(began).Round(time.Millisecond))
 	time.Sleep(afterFault) // sends go on with the cluster whole again
@@ -182,7 +182,7 @@ func TestOwnerCrashWithReconnectStorm(t *testing.T) {
 	w.waitEachAcked(t, stormHistory, time.Minute)
 
 	killed := time.Now()
-	victim.kill()
+	victim.Kill()
 	t.Logf("SIGKILLed %s, owner of partitions %v, with %d clients connected to it, at %s", victim.id, partitionsOf(owner, victim), len(storm), sampler.elapsed())
 	testenv.CheckFor(t, recoveryTimeout, pollInterval, func() error {
 		for _, m := range storm {
@@ -212,7 +212,7 @@ func TestOwnerCrashWithReconnectStorm(t *testing.T) {
 		for _, m := range report.lostBy(n.id) {
 			t.Errorf("surviving %s lost a partition it owned: %s", n.id, m)
 		}
-		if lines := n.logLines(lostLeaseLine); len(lines) > 0 {
+		if lines := n.LogLines(lostLeaseLine); len(lines) > 0 {
 			t.Errorf("surviving %s logged %d lost leases, the first: %s", n.id, len(lines), lines[0])
 		}
 	}
@@ -251,7 +251,7 @@ func TestStarvedNodeKeepsItsPartitions(t *testing.T) {
 	for _, m := range report.lostBy(victim.id) {
 		t.Errorf("starved %s lost a partition: %s", victim.id, m)
 	}
-	if lines := victim.logLines(lostLeaseLine); len(lines) > 0 {
+	if lines := victim.LogLines(lostLeaseLine); len(lines) > 0 {
 		t.Errorf("starved %s logged %d lost leases, the first: %s", victim.id, len(lines), lines[0])
 	}
 	checkKept(t, sampler.initial, final, victim)
@@ -312,7 +312,7 @@ func logLostLeases(t *testing.T, c *cluster) {
 	t.Helper()
 	counts := make(map[string]int)
 	for _, n := range c.nodes {
-		counts[n.id] = len(n.logLines(lostLeaseLine))
+		counts[n.id] = len(n.LogLines(lostLeaseLine))
 	}
 	t.Logf("%q lines in the chat nodes' logs: %v", lostLeaseLine, counts)
 }

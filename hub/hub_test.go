@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/testenv/poll"
 )
 
 // TestMain fails the package if a test leaves a goroutine behind, a grace timer's included.
@@ -276,13 +277,12 @@ func TestHeldUntilGrace(t *testing.T) {
 	if got := c.all(); len(got) > 0 && time.Since(added) < grace {
 		t.Fatalf("got %v before syncing, within the grace", got)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(c.seqs("x")) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("held pushes never released; got %v", c.seqs("x"))
+	poll.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if got := c.seqs("x"); len(got) < 3 {
+			return fmt.Errorf("held pushes never released; got %v", got)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	if since := time.Since(added); since < grace {
 		t.Errorf("held pushes released after %v, within the grace of %v", since, grace)
 	}

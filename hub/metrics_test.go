@@ -11,17 +11,6 @@ import (
 	"github.com/chatd/chatd/testenv/promtest"
 )
 
-// metric reads the one series of reg with its exposed name. It fails the test if there is no
-// such series.
-func metric(t *testing.T, reg *prometheus.Registry, name string) promtest.Sample {
-	t.Helper()
-	s := promtest.Read(t, reg, name)
-	if !s.Found {
-		t.Fatalf("no metric %s is registered", name)
-	}
-	return s
-}
-
 // TestMetricsCountDeliveries: one message to three local connections is three pushes and one
 // latency, measured from when the bus received it; a seq delivered already (here, or to the
 // connection by its sync's replay) counts nothing, nor does a push held for a syncing connection
@@ -55,10 +44,10 @@ func TestMetricsCountDeliveries(t *testing.T) {
 	}
 	for _, st := range steps {
 		st.do()
-		if got := metric(t, reg, "chatd_deliveries_total").Value; got != st.deliveries {
+		if got := promtest.Registered(t, reg, "chatd_deliveries_total").Value; got != st.deliveries {
 			t.Errorf("%s: chatd_deliveries_total = %v, want %v", st.name, got, st.deliveries)
 		}
-		latency := metric(t, reg, "chatd_deliver_seconds")
+		latency := promtest.Registered(t, reg, "chatd_deliver_seconds")
 		if latency.Count != st.latencies || latency.Sum < st.minLatency {
 			t.Errorf("%s: chatd_deliver_seconds has %v observations summing to %vs, want %v of at least %vs",
 				st.name, latency.Count, latency.Sum, st.latencies, st.minLatency)
@@ -71,16 +60,16 @@ func TestMetricsCountDeliveries(t *testing.T) {
 	add(e, held, map[string]int64{"y": 0})
 	defer e.Remove(held)
 	e.DeliverMessage("y", 1, msg("y", 1), time.Now())
-	if got := metric(t, reg, "chatd_deliveries_total").Value; got != 6 {
+	if got := promtest.Registered(t, reg, "chatd_deliveries_total").Value; got != 6 {
 		t.Errorf("with the only connection holding: chatd_deliveries_total = %v, want 6", got)
 	}
-	if n := metric(t, reg, "chatd_deliver_seconds").Count; n != 1 {
+	if n := promtest.Registered(t, reg, "chatd_deliver_seconds").Count; n != 1 {
 		t.Errorf("with the only connection holding: chatd_deliver_seconds has %v observations, want 1", n)
 	}
 	if err := e.Sync(context.Background(), held, func(hub.ReplayFunc) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if got := metric(t, reg, "chatd_deliveries_total").Value; got != 7 {
+	if got := promtest.Registered(t, reg, "chatd_deliveries_total").Value; got != 7 {
 		t.Errorf("after the sync released it: chatd_deliveries_total = %v, want 7", got)
 	}
 
@@ -99,10 +88,10 @@ func TestMetricsCountDeliveries(t *testing.T) {
 	if got := replayed.seqs("z"); len(got) != 1 {
 		t.Fatalf("the replayed connection got z seqs %v, want [1] once", got)
 	}
-	if got := metric(t, reg, "chatd_deliveries_total").Value; got != 7 {
+	if got := promtest.Registered(t, reg, "chatd_deliveries_total").Value; got != 7 {
 		t.Errorf("after a seq the connection had from its replay: chatd_deliveries_total = %v, want 7", got)
 	}
-	if n := metric(t, reg, "chatd_deliver_seconds").Count; n != 1 {
+	if n := promtest.Registered(t, reg, "chatd_deliver_seconds").Count; n != 1 {
 		t.Errorf("after a seq the connection had from its replay: chatd_deliver_seconds has %v observations, want 1", n)
 	}
 }

@@ -1,18 +1,13 @@
 package node_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -182,17 +177,12 @@ func TestHardeningDeletedAccountIsRefusedEverywhere(t *testing.T) {
 // waitStatus polls status until it returns want, and fails with the last status after 10 s.
 func waitStatus(t *testing.T, status func() int, want int, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := status()
-		if got == want {
-			return
+	testenv.CheckFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+		if got := status(); got != want {
+			return fmt.Errorf("%s: HTTP %d; want %d", what, got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: HTTP %d after 10 s; want %d", what, got, want)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestHardeningReadyzSaysWhatInWords: /readyz names the dependency that is down and nothing of
@@ -285,20 +275,7 @@ func TestHardeningTokenClaimsAtTheNode(t *testing.T) {
 // revoke calls the admin API of n and returns the status.
 func revoke(t *testing.T, n *testenv.Node, userID, secret string) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), http.MethodPost, n.AdminURL()+"/admin/users/"+userID+"/revoke", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if secret != "" {
-		req.Header.Set("Authorization", "Bearer "+secret)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("revoke %s: %v", userID, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	return apiStatus(t, http.MethodPost, n.AdminURL()+"/admin/users/"+userID+"/revoke", secret, "")
 }
 
 // TestHardeningRevocation: an operator revokes alice through one node's admin API: her sockets on
@@ -395,78 +372,10 @@ func TestHardeningTokenAsSubprotocol(t *testing.T) {
 // front of a node: health, readiness, debug and admin endpoints answer 404 through it (the node
 // itself still answers them), while the page and the API pass.
 func TestHardeningNginxKeepsOperatorEndpointsPrivate(t *testing.T) {
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		bin = "/usr/sbin/nginx"
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatal("nginx is not installed (scripts/test installs it; apt-get install nginx)")
-	}
 	env := testenv.NewEnv(t)
 	n := startProductionNode(t, env, "behind-nginx", nil)
-	dir := t.TempDir()
-	render := func(name string, values map[string]string) {
-		data, err := os.ReadFile(filepath.Join("..", "deploy", "nginx", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := string(data)
-		for k, v := range values {
-			text = strings.ReplaceAll(text, "${"+k+"}", v)
-		}
-		if err := os.WriteFile(filepath.Join(dir, strings.TrimSuffix(name, ".template")), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	render("local.conf.template", map[string]string{"CHAT_LB_RUN_DIR": dir})
-	if err := os.Rename(filepath.Join(dir, "local.conf"), filepath.Join(dir, "nginx.conf")); err != nil {
-		t.Fatal(err)
-	}
-	// nginx listens where its configuration says, so the test picks the port (StartOnPorts).
-	var lb string
-	testenv.StartOnPorts(t, 1, func(ports []int) error {
-		lb = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-		render("chat.conf.template", map[string]string{"CHAT_LB_LISTEN": strings.TrimPrefix(lb, "http://"),
-			"CHAT_LB_UPSTREAMS": "server " + n.Addr() + ";", "CHAT_LB_ACCESS_LOG": filepath.Join(dir, "access.log")})
-		cmd := exec.Command(bin, "-p", dir, "-c", "nginx.conf", "-e", "stderr")
-		var out bytes.Buffer // read once nginx has exited
-		cmd.Stdout, cmd.Stderr = &out, &out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start nginx: %v", err)
-		}
-		exited := make(chan struct{})
-		var waitErr error
-		go func() { waitErr = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() {
-			select {
-			case <-exited:
-			default:
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nginx and its worker, our own process group
-				<-exited
-			}
-			if t.Failed() {
-				t.Logf("nginx output:\n%s", out.String())
-			}
-		})
-		return testenv.Poll(10*time.Second, 50*time.Millisecond, func() error {
-			select {
-			case <-exited: // on a port taken meanwhile nginx tries again for 2.5 s, then gives up
-				return fmt.Errorf("%w: nginx exited (%v): %s", testenv.ErrGiveUp, waitErr, out.String())
-			default:
-				return testenv.HoldsPort(cmd.Process.Pid, ports[0])
-			}
-		})
-	})
+	lb := testenv.StartNginx(t, t.TempDir(), "server "+n.Addr()+";").URL
 	get := func(base, path string) int { return apiStatus(t, http.MethodGet, base+path, "", "") }
-	waitStatus(t, func() int {
-		resp, err := http.Get(lb + "/lb/healthz")
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}, http.StatusOK, "nginx answering")
 
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if got := get(lb, path); got != http.StatusNotFound {
@@ -497,17 +406,8 @@ func TestHardeningNginxKeepsOperatorEndpointsPrivate(t *testing.T) {
 		{n.AdminURL(), "wrong-secret-wrong-secret-wrong-secret", http.StatusUnauthorized},
 		{n.AdminURL(), adminSecret, http.StatusOK},
 	} {
-		req, _ := http.NewRequestWithContext(ctxT(t, 10*time.Second), http.MethodPost, tc.base+"/admin/users/alice/revoke", nil)
-		if tc.secret != "" {
-			req.Header.Set("Authorization", "Bearer "+tc.secret)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != tc.want {
-			t.Errorf("POST /admin/users/alice/revoke via %s with secret %q: %d; want %d", tc.base, tc.secret, resp.StatusCode, tc.want)
+		if got := apiStatus(t, http.MethodPost, tc.base+"/admin/users/alice/revoke", tc.secret, ""); got != tc.want {
+			t.Errorf("POST /admin/users/alice/revoke via %s with secret %q: %d; want %d", tc.base, tc.secret, got, tc.want)
 		}
 	}
 	if got := get(lb, "/"); got != http.StatusOK {

@@ -3,7 +3,6 @@ package node_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -311,7 +310,7 @@ func (s *rtSocket) readLoop() {
 		case rtOpPing:
 			s.wmu.Lock()
 			_ = s.raw.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			_, _ = s.raw.conn.Write(rtMasked(rtOpPong, f.payload)) // a broken socket shows in the next read
+			_, _ = s.raw.conn.Write(maskedFrame(rtOpPong, f.payload)) // a broken socket shows in the next read
 			s.wmu.Unlock()
 		case opClose:
 			code := 1005 // no status received
@@ -323,33 +322,11 @@ func (s *rtSocket) readLoop() {
 			s.mu.Unlock()
 			s.wmu.Lock()
 			_ = s.raw.conn.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = s.raw.conn.Write(rtMasked(opClose, f.payload[:min(2, len(f.payload))])) // echo, best effort
+			_, _ = s.raw.conn.Write(maskedFrame(opClose, f.payload[:min(2, len(f.payload))])) // echo, best effort
 			s.wmu.Unlock()
 			return
 		}
 	}
-}
-
-// rtMasked encodes one masked client frame.
-func rtMasked(op byte, payload []byte) []byte {
-	out := []byte{0x80 | op}
-	switch n := len(payload); {
-	case n < 126:
-		out = append(out, 0x80|byte(n))
-	case n <= 0xffff:
-		out = append(out, 0x80|126)
-		out = binary.BigEndian.AppendUint16(out, uint16(n))
-	default:
-		out = append(out, 0x80|127)
-		out = binary.BigEndian.AppendUint64(out, uint64(n))
-	}
-	var mask [4]byte
-	_, _ = rand.Read(mask[:])
-	out = append(out, mask[:]...)
-	for i, b := range payload {
-		out = append(out, b^mask[i%4])
-	}
-	return out
 }
 
 // write sends text frames in one write: a burst arrives as fast as the kernel moves it.
@@ -357,7 +334,7 @@ func (s *rtSocket) write(t *testing.T, payloads ...[]byte) {
 	t.Helper()
 	var buf bytes.Buffer
 	for _, p := range payloads {
-		buf.Write(rtMasked(opText, p))
+		buf.Write(maskedFrame(opText, p))
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -372,7 +349,7 @@ func (s *rtSocket) write(t *testing.T, payloads ...[]byte) {
 func (s *rtSocket) close() {
 	s.wmu.Lock()
 	_ = s.raw.conn.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = s.raw.conn.Write(rtMasked(opClose, binary.BigEndian.AppendUint16(nil, 1000))) // it may be gone already
+	_, _ = s.raw.conn.Write(maskedFrame(opClose, binary.BigEndian.AppendUint16(nil, 1000))) // it may be gone already
 	s.wmu.Unlock()
 	select {
 	case <-s.done:

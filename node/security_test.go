@@ -952,28 +952,32 @@ func dialRaw(t *testing.T, n *testenv.Node, token string, rcvBuf int) *rawConn {
 // write sends one masked frame, as clients must.
 func (c *rawConn) write(t *testing.T, op byte, payload []byte) {
 	t.Helper()
-	hdr := []byte{0x80 | op}
-	switch n := len(payload); {
-	case n < 126:
-		hdr = append(hdr, 0x80|byte(n))
-	case n <= 0xffff:
-		hdr = append(hdr, 0x80|126)
-		hdr = binary.BigEndian.AppendUint16(hdr, uint16(n))
-	default:
-		hdr = append(hdr, 0x80|127)
-		hdr = binary.BigEndian.AppendUint64(hdr, uint64(n))
-	}
-	mask := make([]byte, 4)
-	_, _ = rand.Read(mask)
-	hdr = append(hdr, mask...)
-	masked := make([]byte, len(payload))
-	for i, b := range payload {
-		masked[i] = b ^ mask[i%4]
-	}
 	_ = c.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.conn.Write(append(hdr, masked...)); err != nil {
+	if _, err := c.conn.Write(maskedFrame(op, payload)); err != nil {
 		t.Fatalf("raw write: %v", err)
 	}
+}
+
+// maskedFrame encodes one masked client frame.
+func maskedFrame(op byte, payload []byte) []byte {
+	out := []byte{0x80 | op}
+	switch n := len(payload); {
+	case n < 126:
+		out = append(out, 0x80|byte(n))
+	case n <= 0xffff:
+		out = append(out, 0x80|126)
+		out = binary.BigEndian.AppendUint16(out, uint16(n))
+	default:
+		out = append(out, 0x80|127)
+		out = binary.BigEndian.AppendUint64(out, uint64(n))
+	}
+	var mask [4]byte
+	_, _ = rand.Read(mask[:])
+	out = append(out, mask[:]...)
+	for i, b := range payload {
+		out = append(out, b^mask[i%4])
+	}
+	return out
 }
 
 // read reads one frame; it never answers pings.

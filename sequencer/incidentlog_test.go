@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/chatd/chatd/testenv/poll"
 )
 
 // TestIncidentLogLimitsAFlood floods one kind of incident: about a burst of lines is written, and
@@ -36,14 +39,13 @@ func TestIncidentLogLimitsAFlood(t *testing.T) {
 	nextLine := func() incidentLine {
 		t.Helper()
 		written := len(incidentLines(t, &out))
-		deadline := time.Now().Add(2 * time.Second)
-		for len(incidentLines(t, &out)) == written {
-			if time.Now().After(deadline) {
-				t.Fatalf("no line written in 2 s; the rate is %d a second", incidentsPerSecond)
+		poll.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+			if len(incidentLines(t, &out)) == written {
+				incident()
+				return fmt.Errorf("no line written; the rate is %d a second", incidentsPerSecond)
 			}
-			time.Sleep(10 * time.Millisecond)
-			incident()
-		}
+			return nil
+		})
 		lines := incidentLines(t, &out)
 		return lines[len(lines)-1]
 	}

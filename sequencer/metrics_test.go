@@ -1,7 +1,6 @@
 package sequencer_test
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -23,41 +22,9 @@ import (
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
+	"github.com/chatd/chatd/testenv/logtest"
 	"github.com/chatd/chatd/testenv/promtest"
 )
-
-// logBuffer collects log lines from any goroutine.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the logged lines whose message is msg, decoded.
-func (b *logBuffer) lines(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var fields map[string]any
-		if err := json.Unmarshal([]byte(line), &fields); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if fields["message"] == msg {
-			out = append(out, fields)
-		}
-	}
-	return out
-}
 
 // memStore is a sequencer store in memory. While gate is set, InsertMessages reports on blocked
 // and waits until gate is closed.
@@ -305,7 +272,7 @@ func TestMetricsCountAcksBatchesAndRetries(t *testing.T) {
 
 func TestMetricsCountQueueOverflow(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	store := newMemStore(groupOf("c1", "alice"))
 	seq, nc := startSequencer(t, testenv.NATS(t), sequencer.Config{Partitions: 1, QueueSize: 1, MaxBatch: 1,
 		AttemptTimeout: 10 * time.Second, Metrics: sequencer.NewMetrics(reg)}, store, zerolog.New(logs))
@@ -359,7 +326,7 @@ func TestMetricsCountQueueOverflow(t *testing.T) {
 	if got := promtest.Read(t, reg, "chatd_sequencer_failures_total", "reason", "queue_full").Value; got != 1 {
 		t.Fatalf(`chatd_sequencer_failures_total{reason="queue_full"} = %v, want 1`, got)
 	}
-	overflows := logs.lines(t, "partition queue full; send refused as retryable")
+	overflows := logs.Lines(t, "partition queue full; send refused as retryable")
 	if len(overflows) != 1 || overflows[0]["level"] != "warn" || overflows[0]["conversation"] != "c1" || overflows[0]["partition"] != 0.0 {
 		t.Fatalf("overflow log lines = %v, want one warning naming partition 0 and conversation c1", overflows)
 	}
@@ -382,7 +349,7 @@ func TestMetricsCountQueueOverflow(t *testing.T) {
 type leaseNode struct {
 	seq   *sequencer.Sequencer
 	reg   *prometheus.Registry
-	logs  *logBuffer
+	logs  *logtest.Buffer
 	close func()
 }
 
@@ -393,7 +360,7 @@ const (
 
 func startLeaseNode(t *testing.T, natsURL, id string, partitions int, store sequencer.Store) *leaseNode {
 	t.Helper()
-	n := &leaseNode{reg: prometheus.NewRegistry(), logs: &logBuffer{}}
+	n := &leaseNode{reg: prometheus.NewRegistry(), logs: &logtest.Buffer{}}
 	log := zerolog.New(n.logs).Level(zerolog.InfoLevel)
 	n.seq, _ = startSequencer(t, natsURL, sequencer.Config{Partitions: partitions, Metrics: sequencer.NewMetrics(n.reg)}, store, log)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -461,7 +428,7 @@ func TestLeaseMetrics(t *testing.T) {
 		}
 		return nil
 	})
-	lost := a.logs.lines(t, "lost partition lease")
+	lost := a.logs.Lines(t, "lost partition lease")
 	if len(lost) != 1 || lost[0]["level"] != "warn" || lost[0]["partition"] != 0.0 || lost[0]["node"] != "a" || lost[0]["owner"] != "intruder" {
 		t.Fatalf("lease loss log lines = %v, want one warning naming partition 0, node a and owner intruder", lost)
 	}
@@ -482,7 +449,7 @@ func TestLeaseMetrics(t *testing.T) {
 		t.Fatalf("chatd_partitions_owned = %v after taking partition 0 back, want %d", got, partitions)
 	}
 	var retaken []map[string]any
-	for _, l := range a.logs.lines(t, "acquired partition lease") {
+	for _, l := range a.logs.Lines(t, "acquired partition lease") {
 		if l["previous"] != nil {
 			retaken = append(retaken, l)
 		}

@@ -1,13 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,46 +12,10 @@ import (
 
 	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/testenv/logtest"
 )
 
 var testSecret = []byte("server-test-secret-server-test-secret!")
-
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines decodes the JSON log lines written so far.
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // noUsers is a store with no accounts (dev mode: every valid token is of an unknown account).
 type noUsers struct{}
@@ -73,7 +34,7 @@ func (noUsers) RevokeTokens(context.Context, string, time.Time) (time.Time, erro
 }
 
 // checkServer is a Server with just what check needs, logging to buf with a clock the test moves.
-func checkServer(t *testing.T, buf *syncBuffer, now *time.Time) *Server {
+func checkServer(t *testing.T, buf *logtest.Buffer, now *time.Time) *Server {
 	t.Helper()
 	a, err := auth.New(auth.Config{Secret: testSecret, DevMode: true})
 	if err != nil {
@@ -89,7 +50,7 @@ func checkServer(t *testing.T, buf *syncBuffer, now *time.Time) *Server {
 // most securityLogPerSecond lines a second, the next line counts what was dropped, and no line
 // holds a token.
 func TestSecurityLogIsRateLimitedAndHoldsNoToken(t *testing.T) {
-	var buf syncBuffer
+	var buf logtest.Buffer
 	now := time.Unix(1_800_000_000, 0)
 	s := checkServer(t, &buf, &now)
 	forged, _ := auth.Sign([]byte("another-secret-another-secret-another!"), "mallory", now.Add(time.Hour))
@@ -109,7 +70,7 @@ func TestSecurityLogIsRateLimitedAndHoldsNoToken(t *testing.T) {
 	if _, refused := s.check(request(valid)); refused != errNoAccount {
 		t.Fatalf("token of no account: %v", refused)
 	}
-	lines := buf.lines(t)
+	lines := buf.Lines(t, "")
 	byKind := map[string]int{}
 	for _, l := range lines {
 		byKind[l["event"].(string)]++
@@ -128,7 +89,7 @@ func TestSecurityLogIsRateLimitedAndHoldsNoToken(t *testing.T) {
 
 	now = now.Add(time.Second)
 	s.check(request(forged))
-	lines = buf.lines(t)
+	lines = buf.Lines(t, "")
 	last := lines[len(lines)-1]
 	if got, want := last["suppressed"], float64(flood-securityLogPerSecond); got != want {
 		t.Fatalf("the first line a second later says suppressed=%v; want %v: %v", got, want, last)

@@ -1,7 +1,6 @@
 package session_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/session"
 	"github.com/chatd/chatd/testenv"
+	"github.com/chatd/chatd/testenv/logtest"
 )
 
 // TestMain fails the package if any test leaves a goroutine behind: no session goroutine may
@@ -79,7 +79,7 @@ type server struct {
 	t       *testing.T
 	url     string
 	handler *fakeHandler
-	log     *syncBuffer
+	log     *logtest.Buffer
 }
 
 type serverOptions struct {
@@ -98,7 +98,7 @@ func startServer(t *testing.T, o serverOptions) *server {
 		handle:   o.handle,
 		closed:   make(chan *session.Session, 16),
 	}
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	log := zerolog.New(logs)
 	var serving sync.WaitGroup
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -311,22 +311,4 @@ func frameOfSize(label string, n int) []byte {
 		panic(err)
 	}
 	return data
-}
-
-// syncBuffer collects log lines from many goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

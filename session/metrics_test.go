@@ -2,7 +2,6 @@ package session_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -25,26 +24,9 @@ import (
 // metricIs checks a series' value now; the series must exist.
 func metricIs(t *testing.T, reg *prometheus.Registry, want float64, name string, labels ...string) {
 	t.Helper()
-	s := promtest.Read(t, reg, name, labels...)
-	if !s.Found {
-		t.Fatalf("no series %s%v is registered", name, labels)
+	if got := promtest.Registered(t, reg, name, labels...).Value; got != want {
+		t.Fatalf("%s%v = %v; want %v", name, labels, got, want)
 	}
-	if s.Value != want {
-		t.Fatalf("%s%v = %v; want %v", name, labels, s.Value, want)
-	}
-}
-
-// metricReaches waits for a series to reach want: some are counted just after the client can
-// see the effect (a frame is counted once its write returns, a session once Serve ends).
-func metricReaches(t *testing.T, reg *prometheus.Registry, want float64, name string, labels ...string) {
-	t.Helper()
-	eventually(t, fmt.Sprintf("%s%v to be %v", name, labels, want), func() (bool, string) {
-		s := promtest.Read(t, reg, name, labels...)
-		if !s.Found {
-			return false, "no such series"
-		}
-		return s.Value == want, fmt.Sprint(s.Value)
-	})
 }
 
 // metricSum adds up every series of name.
@@ -73,16 +55,16 @@ func TestMetricsCountConnections(t *testing.T) {
 	a, b := srv.dial("alice"), srv.dial("bob")
 	a.read()
 	b.read()
-	metricReaches(t, reg, 2, "chatd_connections_opened_total")
-	metricReaches(t, reg, 2, "chatd_connections_open")
+	promtest.WaitFor(t, reg, pollTimeout, 2, "chatd_connections_opened_total")
+	promtest.WaitFor(t, reg, pollTimeout, 2, "chatd_connections_open")
 
 	_ = a.conn.Close(websocket.StatusNormalClosure, "")
-	metricReaches(t, reg, 1, "chatd_connections_open")
-	metricReaches(t, reg, 1, "chatd_connections_closed_total", "code", "1000")
+	promtest.WaitFor(t, reg, pollTimeout, 1, "chatd_connections_open")
+	promtest.WaitFor(t, reg, pollTimeout, 1, "chatd_connections_closed_total", "code", "1000")
 
 	_ = b.conn.CloseNow() // no close frame: the server sees the connection break
-	metricReaches(t, reg, 0, "chatd_connections_open")
-	metricReaches(t, reg, 1, "chatd_connections_closed_total", "code", "1006")
+	promtest.WaitFor(t, reg, pollTimeout, 0, "chatd_connections_open")
+	promtest.WaitFor(t, reg, pollTimeout, 1, "chatd_connections_closed_total", "code", "1006")
 	metricIs(t, reg, 2, "chatd_connections_opened_total")
 	if got := metricSum(t, reg, "chatd_connections_closed_total"); got != 2 {
 		t.Fatalf("chatd_connections_closed_total sums to %v over its codes; want 2", got)
@@ -235,7 +217,7 @@ func TestMetricsCountRefusals(t *testing.T) {
 				t.Fatalf("got %+v; want an error frame with %s", f, tc.code)
 			}
 			// Counted once the error frame is queued, which may be just after the client reads it.
-			metricReaches(t, reg, 1, "chatd_frames_refused_total", "code", tc.code)
+			promtest.WaitFor(t, reg, pollTimeout, 1, "chatd_frames_refused_total", "code", tc.code)
 			if got := metricSum(t, reg, "chatd_frames_refused_total"); got != 1 {
 				t.Fatalf("chatd_frames_refused_total sums to %v; want 1, the one error frame", got)
 			}
@@ -261,8 +243,8 @@ func TestMetricsCountWrites(t *testing.T) {
 		n, ended, status := c.progress()
 		return n == 3, fmt.Sprintf("%d frames, ended=%v status=%v", n, ended, status)
 	})
-	metricReaches(t, reg, 3, "chatd_frames_written_total")
-	metricReaches(t, reg, float64(bytes), "chatd_bytes_written_total")
+	promtest.WaitFor(t, reg, pollTimeout, 3, "chatd_frames_written_total")
+	promtest.WaitFor(t, reg, pollTimeout, float64(bytes), "chatd_bytes_written_total")
 }
 
 // For a reader who falls behind, ephemeral frames replaced by a newer one of the same key are
@@ -310,8 +292,8 @@ func TestMetricsCountSlowConsumerCuts(t *testing.T) {
 	metricIs(t, reg, 1, "chatd_slow_consumer_cuts_total")
 	c.read()
 	c.closedWith(session.StatusSlowConsumer)
-	metricReaches(t, reg, 1, "chatd_connections_closed_total", "code", "4008")
-	metricReaches(t, reg, 0, "chatd_connections_open")
+	promtest.WaitFor(t, reg, pollTimeout, 1, "chatd_connections_closed_total", "code", "4008")
+	promtest.WaitFor(t, reg, pollTimeout, 0, "chatd_connections_open")
 	metricIs(t, reg, 1, "chatd_slow_consumer_cuts_total")
 }
 
@@ -325,8 +307,8 @@ func TestPingTimeoutIsCountedAndLogged(t *testing.T) {
 	receive(t, "the session to give up on the silent peer", c.sess.Done())
 	c.read()
 	c.closedWith(websocket.StatusPolicyViolation)
-	metricReaches(t, reg, 1, "chatd_connections_closed_total", "code", "1008")
-	lines := logLines(t, srv, "ping timeout; closing")
+	promtest.WaitFor(t, reg, pollTimeout, 1, "chatd_connections_closed_total", "code", "1008")
+	lines := srv.log.Lines(t, "ping timeout; closing")
 	if len(lines) != 1 {
 		t.Fatalf("got %d ping timeout lines; want 1; logs:\n%s", len(lines), srv.log.String())
 	}
@@ -334,22 +316,6 @@ func TestPingTimeoutIsCountedAndLogged(t *testing.T) {
 	if l["level"] != "warn" || l["user"] != "alice" || l["session"] != c.sess.ID() || l["remote"] == "" || l["closeCode"] != 1008.0 {
 		t.Fatalf("ping timeout logged as %v; want warn with user, session, remote and close code", l)
 	}
-}
-
-// logLines returns the JSON log lines of srv with message msg.
-func logLines(t *testing.T, srv *server, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(srv.log.String()), "\n") {
-		var l map[string]any
-		if err := json.Unmarshal([]byte(line), &l); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if l["message"] == msg {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // A flood of cuts over sessions sharing a Limits writes a bounded number of lines, and the next
@@ -376,7 +342,7 @@ func TestCutLogsAreRateLimited(t *testing.T) {
 		c.closedWith(session.StatusSlowConsumer)
 		receive(t, "the cut session to end", srv.handler.closed)
 	}
-	logged := len(logLines(t, srv, msg))
+	logged := len(srv.log.Lines(t, msg))
 	// 20 at once and 5 a second; the margin is for a machine slow enough to spread the flood.
 	if limit := 20 + 5*int(elapsed/time.Second+1); logged > limit || logged == 0 {
 		t.Fatalf("%d cuts in %v wrote %d lines; want between 1 and %d", flood, elapsed, logged, limit)
@@ -386,7 +352,7 @@ func TestCutLogsAreRateLimited(t *testing.T) {
 	if clients[flood].sess.Push(frameOfSize("m", 100)) {
 		t.Fatal("push past the queue limit was taken")
 	}
-	lines := logLines(t, srv, msg)
+	lines := srv.log.Lines(t, msg)
 	if len(lines) != logged+1 {
 		t.Fatalf("the cut after the pause wrote %d lines; want 1", len(lines)-logged)
 	}

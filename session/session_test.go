@@ -355,7 +355,7 @@ func TestSlowConsumerIsCutWithoutAnotherPush(t *testing.T) {
 	c.read() // the client comes back and is told why it was cut
 	c.closedWith(session.StatusSlowConsumer)
 	receive(t, "the cut session to end", srv.handler.closed)
-	lines := logLines(t, srv, "slow consumer: write queue full; closing")
+	lines := srv.log.Lines(t, "slow consumer: write queue full; closing")
 	if len(lines) != 1 || lines[0]["level"] != "warn" || lines[0]["closeCode"] != 4008.0 {
 		t.Fatalf("got cut lines %v; want one at warn with close code 4008; logs:\n%s", lines, srv.log.String())
 	}

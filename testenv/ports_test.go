@@ -33,18 +33,17 @@ func listenAt(t *testing.T, port int) net.Listener {
 // taken before chatstore starts on it; chatstore exits saying so, and StartOnPorts starts it again
 // on a fresh port.
 func TestStartOnPortsTriesAgainWhenAPortIsTaken(t *testing.T) {
-	sp := &StoreProcess{bin: StoreBinary.Path(t), dir: t.TempDir()}
-	t.Cleanup(sp.Stop)
+	sp := &StoreProcess{dir: t.TempDir()}
 	var tries [][]int
 	var firstErr error
 	StartOnPorts(t, 1, func(ports []int) error {
 		tries = append(tries, ports)
 		if len(tries) == 1 {
 			listenAt(t, ports[0])
-			firstErr = sp.start(fmt.Sprintf("127.0.0.1:%d", ports[0]))
+			firstErr = sp.start(t, fmt.Sprintf("127.0.0.1:%d", ports[0]))
 			return firstErr
 		}
-		return sp.start(fmt.Sprintf("127.0.0.1:%d", ports[0]))
+		return sp.start(t, fmt.Sprintf("127.0.0.1:%d", ports[0]))
 	})
 	if len(tries) != 2 || firstErr == nil || !addrInUse(firstErr) {
 		t.Fatalf("%d tries on %v, the first failing with %v; want 2, the first on a taken port", len(tries), tries, firstErr)
@@ -53,7 +52,7 @@ func TestStartOnPortsTriesAgainWhenAPortIsTaken(t *testing.T) {
 	if want := fmt.Sprintf("mongodb://127.0.0.1:%d/", port); sp.URI != want {
 		t.Fatalf("store at %s, want %s", sp.URI, want)
 	}
-	if err := HoldsPort(sp.cmd.Process.Pid, port); err != nil {
+	if err := HoldsPort(sp.Pid(), port); err != nil {
 		t.Fatalf("the store does not hold the port of the second try: %v", err)
 	}
 }
@@ -72,8 +71,8 @@ func TestHoldsPortTellsWhoseListenerItIs(t *testing.T) {
 		holds     bool
 	}{
 		{os.Getpid(), mine, true},
-		{store.cmd.Process.Pid, storePort, true},
-		{store.cmd.Process.Pid, mine, false},
+		{store.Pid(), storePort, true},
+		{store.Pid(), mine, false},
 		{os.Getpid(), storePort, false},
 	} {
 		if err := HoldsPort(c.pid, c.port); (err == nil) != c.holds {

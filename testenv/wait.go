@@ -1,47 +1,31 @@
 package testenv
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/chatd/chatd/client"
 	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/testenv/poll"
 )
 
-// ErrGiveUp marks a check's error after which waiting longer is pointless (the process or socket
-// the condition depends on is gone): Poll and CheckFor stop at once with it instead of waiting
-// out their timeout. Wrap it: fmt.Errorf("%w: node exited", testenv.ErrGiveUp).
-var ErrGiveUp = errors.New("no point waiting")
+// ErrGiveUp marks a check's error after which waiting longer is pointless: Poll and CheckFor
+// stop at once with it. It is poll.ErrGiveUp, so either name matches it.
+var ErrGiveUp = poll.ErrGiveUp
 
-// Poll calls check every interval until it returns nil, and then returns nil. Once timeout has
-// passed it returns check's last error, which says why the condition does not hold yet; it returns
-// at once an error that wraps ErrGiveUp. Poll does not touch a testing.T, so any goroutine may
-// call it; see CheckFor for the test's own goroutine.
+// Poll is poll.Until: it calls check every interval until it returns nil, returns check's last
+// error once timeout has passed, and returns at once an error that wraps ErrGiveUp. Any goroutine
+// may call it.
 func Poll(timeout, interval time.Duration, check func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, ErrGiveUp):
-			return err
-		case time.Now().After(deadline):
-			return fmt.Errorf("still not so after %s: %w", timeout, err)
-		}
-		time.Sleep(interval)
-	}
+	return poll.Until(timeout, interval, check)
 }
 
-// CheckFor polls check like Poll and fails the test with check's last error if it does not return
-// nil within timeout, like nats-server's checkFor. Call it from the test's goroutine only.
+// CheckFor is poll.CheckFor: it polls check like Poll and fails the test with check's last error
+// if it does not return nil within timeout. Call it from the test's goroutine only.
 func CheckFor(t testing.TB, timeout, interval time.Duration, check func() error) {
 	t.Helper()
-	if err := Poll(timeout, interval, check); err != nil {
-		t.Fatal(err)
-	}
+	poll.CheckFor(t, timeout, interval, check)
 }
 
 // ReadMessages reads pushes from c until it has n message frames of conversation convID,

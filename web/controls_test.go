@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +18,7 @@ import (
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/testenv"
+	"github.com/chatd/chatd/testenv/promtest"
 )
 
 // These tests drive the controls of issue 15 (a message menu, a conversation menu, a group-info
@@ -114,13 +112,8 @@ func noticeShown(text string) string {
 // that each of them has open.
 func threeInAGroup(t *testing.T, name string) (n *testenv.Node, alice, bob, carol *page) {
 	t.Helper()
-	env := testenv.NewEnv(t)
-	n = testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	alice, bob, carol = b.newPage("alice"), b.newPage("bob"), b.newPage("carol")
-	for _, p := range []*page{alice, bob, carol} {
-		p.signIn(n.URL(), p.name)
-	}
+	n, pages := signedIn(t, "alice", "bob", "carol")
+	alice, bob, carol = pages[0], pages[1], pages[2]
 	alice.createGroup(name, "bob", "carol")
 	bob.clickConversation(name)
 	carol.clickConversation(name)
@@ -207,12 +200,8 @@ func TestReplyToMessageNotLoaded(t *testing.T) {
 // cancelled first try; bob sees the tombstone. Bob is offered no delete on her message, and a
 // delete the server refuses says why.
 func TestDeleteForEveryone(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	alice, bob := b.newPage("alice"), b.newPage("bob")
-	alice.signIn(n.URL(), "alice")
-	bob.signIn(n.URL(), "bob")
+	n, pages := signedIn(t, "alice", "bob")
+	alice, bob := pages[0], pages[1]
 	alice.openDM("bob")
 	alice.typeMessage("oops, wrong chat", true)
 	alice.typeMessage("this one stays", true)
@@ -313,12 +302,8 @@ func TestLeaveGroup(t *testing.T) {
 // TestDeleteConversationForMe: bob deletes his DM with alice for himself; alice keeps it and
 // its history; her next message brings it back to bob with only that message.
 func TestDeleteConversationForMe(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	alice, bob := b.newPage("alice"), b.newPage("bob")
-	alice.signIn(n.URL(), "alice")
-	bob.signIn(n.URL(), "bob")
+	_, pages := signedIn(t, "alice", "bob")
+	alice, bob := pages[0], pages[1]
 	alice.openDM("bob")
 	alice.typeMessage("one", true)
 	alice.typeMessage("two", true)
@@ -347,13 +332,8 @@ func TestDeleteConversationForMe(t *testing.T) {
 // it said); a user who does not exist is refused in words with the input kept; bob, who did not
 // create the group, is offered no Remove; alice removes carol and carol loses the group.
 func TestGroupInfoMembers(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	alice, bob, carol := b.newPage("alice"), b.newPage("bob"), b.newPage("carol")
-	for _, p := range []*page{alice, bob, carol} {
-		p.signIn(n.URL(), p.name)
-	}
+	_, pages := signedIn(t, "alice", "bob", "carol")
+	alice, bob, carol := pages[0], pages[1], pages[2]
 	alice.createGroup("Team", "bob")
 	bob.clickConversation("Team")
 
@@ -385,12 +365,8 @@ func TestGroupInfoMembers(t *testing.T) {
 // TestReadReceiptsSwitch: with read receipts off in bob's settings, alice is not told he read
 // her message; once he turns them on again, she sees ✓✓ when he reads.
 func TestReadReceiptsSwitch(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	alice, bob := b.newPage("alice"), b.newPage("bob")
-	alice.signIn(n.URL(), "alice")
-	bob.signIn(n.URL(), "bob")
+	n, pages := signedIn(t, "alice", "bob")
+	alice, bob := pages[0], pages[1]
 	alicePhone := testenv.Connect(t, n.URL(), "alice")
 
 	setReceipts := func(on bool) {
@@ -437,12 +413,8 @@ func TestReadReceiptsSwitch(t *testing.T) {
 // error and his text kept; alice's settings list him, and unblocking there lets his next message
 // through. Blocking an unknown user is refused in words.
 func TestBlockUser(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	alice, bob := b.newPage("alice"), b.newPage("bob")
-	alice.signIn(n.URL(), "alice")
-	bob.signIn(n.URL(), "bob")
+	_, pages := signedIn(t, "alice", "bob")
+	alice, bob := pages[0], pages[1]
 	alice.openDM("bob")
 	alice.typeMessage("hi", true)
 	bob.waitFor("1 unread from alice", unreadShown("alice", 1, 1))
@@ -483,15 +455,16 @@ func TestSignOutThisDevice(t *testing.T) {
 	laptop.signIn(n.URL(), "alice")
 	desktop.signIn(n.URL(), "alice")
 	bobConn := testenv.Connect(t, n.URL(), "bob")
-	waitMetric(t, n, "chatd_connections_open", 3)
+	metrics := promtest.URL(n.AdminURL() + "/metrics")
+	promtest.WaitFor(t, metrics, waitTimeout, 3, "chatd_connections_open")
 
 	laptop.do("open settings", chromedp.Click(chromedp.ID("open-settings")))
 	laptop.waitFor("the settings panel", `document.getElementById('settings').open`)
 	laptop.do("sign out of this device", chromedp.Click(chromedp.ID("sign-out")))
 	signedOut := `!document.getElementById('login-view').hidden && document.getElementById('chat-view').hidden && localStorage.getItem('chatd.auth') === null`
 	laptop.waitFor("the sign-in view", signedOut)
-	waitMetric(t, n, `chatd_connections_closed_total{code="1000"}`, 1)
-	waitMetric(t, n, "chatd_connections_open", 2)
+	promtest.WaitFor(t, metrics, waitTimeout, 1, "chatd_connections_closed_total", "code", "1000")
+	promtest.WaitFor(t, metrics, waitTimeout, 2, "chatd_connections_open")
 	laptop.do("reload", chromedp.Reload())
 	laptop.waitFor("the page to start", `!document.getElementById('login-view').hidden || !document.getElementById('chat-view').hidden`)
 	if !eval[bool](laptop, signedOut) {
@@ -506,37 +479,7 @@ func TestSignOutThisDevice(t *testing.T) {
 		t.Fatalf("bob sends: %v", err)
 	}
 	desktop.waitFor("bob's message on alice's other browser", unreadShown("bob", 1, 1))
-	waitMetric(t, n, "chatd_connections_open", 2)
-}
-
-// waitMetric polls the node's admin /metrics until the series named exactly series (with its
-// labels) has value want.
-func waitMetric(t *testing.T, n *testenv.Node, series string, want float64) {
-	t.Helper()
-	var last string
-	err := testenv.Poll(waitTimeout, pollInterval, func() error {
-		resp, err := http.Get(n.AdminURL() + "/metrics")
-		if err != nil {
-			return err
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		for line := range strings.SplitSeq(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, series+" "); ok {
-				last = v
-				if got, err := strconv.ParseFloat(v, 64); err == nil && got == want {
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("%s is %q, want %v", series, last, want)
-	})
-	if err != nil {
-		t.Fatalf("waiting for a metric: %v", err)
-	}
+	promtest.WaitFor(t, metrics, waitTimeout, 2, "chatd_connections_open")
 }
 
 // TestDateSeparatorsAndLinks: messages of three days show a separator before each day's first

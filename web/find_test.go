@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/chatd/chatd/testenv"
 )
 
 // foundIn is a JavaScript expression: the people a finder's list shows, "<name> <user id>" each,
@@ -30,12 +28,9 @@ func chipsIn(list string) string {
 // lists all four by name. José blocks Mary Jane by name in his settings; her "Message a user"
 // of José then says only that she cannot message José, by name.
 func TestFindPeopleForGroups(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	alice, mary, jose, zoe := b.newPage("Alice"), b.newPage("Mary Jane"), b.newPage("José"), b.newPage("Zoë")
-	for _, p := range []*page{alice, mary, jose, zoe} {
-		p.signIn(n.URL(), p.name)
+	_, pages := signedIn(t, "Alice", "Mary Jane", "José", "Zoë")
+	alice, mary, jose, zoe := pages[0], pages[1], pages[2], pages[3]
+	for _, p := range pages {
 		p.waitFor("the page greeting "+p.name, fmt.Sprintf(`document.getElementById('me').textContent === %q`, p.name))
 	}
 	maryID, joseID, zoeID := idOf(t, "Mary Jane"), idOf(t, "José"), idOf(t, "Zoë")

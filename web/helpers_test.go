@@ -16,6 +16,8 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/chatd/chatd/testenv"
 )
 
 // chromiumEnv names a browser binary to use instead of the one found on PATH.
@@ -256,6 +258,21 @@ func (p *page) signIn(baseURL, name string) {
 		chromedp.SendKeys(chromedp.ID("login-name"), name),
 		chromedp.Click(chromedp.ID("login-submit")))
 	p.waitConnected()
+}
+
+// signedIn starts a node and a browser with a page for each of names, signed in in that order
+// under that name (a display name: the page greets it), and returns the pages in that order.
+func signedIn(t *testing.T, names ...string) (*testenv.Node, []*page) {
+	t.Helper()
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	b := newBrowser(t)
+	pages := make([]*page, len(names))
+	for i, name := range names {
+		pages[i] = b.newPage(name)
+		pages[i].signIn(n.URL(), name)
+	}
+	return n, pages
 }
 
 func (p *page) waitConnected() {

@@ -36,13 +36,8 @@ func listOrderIs(titles ...string) string {
 // same from the server's lastMessage; her own reply reads "You: ..." for her and "carol: ..." for
 // alice.
 func TestConversationListPreviews(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	alice, bob, carol := b.newPage("alice"), b.newPage("bob"), b.newPage("carol")
-	for _, p := range []*page{alice, bob, carol} {
-		p.signIn(n.URL(), p.name)
-	}
+	n, pages := signedIn(t, "alice", "bob", "carol")
+	alice, bob, carol := pages[0], pages[1], pages[2]
 	alice.createGroup("Team", "bob", "carol")
 	bob.clickConversation("Team")
 	bob.typeMessage("lunch at noon?", true)

@@ -3,7 +3,6 @@ package web_test
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -18,12 +17,8 @@ import (
 // twoInADM signs alice and bob in on one node, and alice opens their DM, which both have open.
 func twoInADM(t *testing.T) (n *testenv.Node, alice, bob *page) {
 	t.Helper()
-	env := testenv.NewEnv(t)
-	n = testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	alice, bob = b.newPage("alice"), b.newPage("bob")
-	alice.signIn(n.URL(), "alice")
-	bob.signIn(n.URL(), "bob")
+	n, pages := signedIn(t, "alice", "bob")
+	alice, bob = pages[0], pages[1]
 	alice.openDM("bob")
 	bob.clickConversation("alice")
 	return n, alice, bob
@@ -205,17 +200,13 @@ func TestDeliveredTicks(t *testing.T) {
 
 	// The counts catch up within the read window; wait for them before the reload.
 	phone := testenv.Connect(t, n.URL(), "alice")
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	testenv.CheckFor(t, waitTimeout, pollInterval, func() error { // polling the server, like waitFor polls the page
 		r, err := phone.Request(t.Context(), protocol.ClientFrame{Type: protocol.TypeReceipts, ConversationID: convID, Seq: 2})
 		if err == nil && r.DeliveredTo != nil && *r.DeliveredTo >= 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("receipts never counted bob's delivery: %+v %v", r, err)
-		}
-		time.Sleep(pollInterval) // polling the server, like waitFor polls the page
-	}
+		return fmt.Errorf("receipts never counted bob's delivery: %+v %v", r, err)
+	})
 	alice.do("reload", chromedp.Reload())
 	alice.waitConnected()
 	alice.waitFor("delivered after the reload", tickIs(1, "Delivered")+` && `+tickIs(2, "Delivered"))

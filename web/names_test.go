@@ -7,7 +7,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatd/chatd/auth"
-	"github.com/chatd/chatd/testenv"
 )
 
 // idOf is the user id a dev-mode sign-in derives from a display name.
@@ -39,12 +38,9 @@ func lastSeqShown(p *page) int64 {
 // all show names, never ids. Zoë changes her name in her settings and the others see the new
 // one at once; a name the server refuses is told in its words; after a reload the names come back.
 func TestDisplayNames(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	jose, zoe, lilei := b.newPage("José"), b.newPage("Zoë"), b.newPage("李雷")
-	for _, p := range []*page{jose, zoe, lilei} {
-		p.signIn(n.URL(), p.name)
+	_, pages := signedIn(t, "José", "Zoë", "李雷")
+	jose, zoe, lilei := pages[0], pages[1], pages[2]
+	for _, p := range pages {
 		p.waitFor("the page greeting "+p.name, fmt.Sprintf(`document.getElementById('me').textContent === %q`, p.name))
 	}
 	joseID, zoeID := idOf(t, "José"), idOf(t, "Zoë")

@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/chatd/chatd/testenv"
 )
 
 // groupTick is a JavaScript condition: own message seq of a group shows a read tick that says it
@@ -22,13 +20,8 @@ func groupTick(seq int64, n int, text string) string {
 // stay. A read tick differs from a sent one in shape, not only colour, and is large enough to see
 // on a phone, where a reload starts at the list.
 func TestGroupReadTicksHold(t *testing.T) {
-	env := testenv.NewEnv(t)
-	n := testenv.StartNode(t, env.NodeConfig())
-	b := newBrowser(t)
-	alice, bob, carol := b.newPage("alice"), b.newPage("bob"), b.newPage("carol")
-	for _, p := range []*page{alice, bob, carol} {
-		p.signIn(n.URL(), p.name)
-	}
+	_, pages := signedIn(t, "alice", "bob", "carol")
+	alice, bob, carol := pages[0], pages[1], pages[2]
 	alice.createGroup("Trio", "bob", "carol")
 	for i, text := range []string{"one", "two", "three"} {
 		alice.send(text)

@@ -101,39 +101,20 @@ func TestLoadAgainstNode(t *testing.T) {
 	n := testenv.StartNode(t, env.NodeConfig())
 	for _, procs := range []string{"1", "2"} {
 		t.Run("procs="+procs, func(t *testing.T) {
-			cfg, err := parseFlags([]string{"-url", n.URL(), "-clients", "12", "-prefix", "p" + procs + "u", "-procs", procs,
-				"-dms", "2", "-groups", "2", "-group-size", "4", "-rate", "40", "-duration", "1s", "-settle", "0",
-				"-server-pid", strconv.Itoa(os.Getpid()), "-json"}, func(string) string { return "" })
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			var log bytes.Buffer
-			rep, err := runBench(ctx, cfg, &log)
-			if err != nil {
-				t.Fatalf("run: %v\n%s", err, log.String())
-			}
-			var out bytes.Buffer
-			if err := rep.print(&out, true); err != nil {
-				t.Fatal(err)
-			}
-			var j reportJSON
-			if err := json.Unmarshal(out.Bytes(), &j); err != nil {
-				t.Fatalf("decode report: %v\n%s", err, out.String())
-			}
+			rep, j, out := runAgainst(t, "-url", n.URL(), "-clients", "12", "-prefix", "p"+procs+"u", "-procs", procs,
+				"-dms", "2", "-groups", "2", "-group-size", "4", "-rate", "40", "-duration", "1s", "-settle", "0")
 			l := j.Load
 			switch {
 			case j.Connect.OK != 12 || j.Setup.OK != 4:
-				t.Fatalf("connected %d of 12, created %d of 4 conversations:\n%s", j.Connect.OK, j.Setup.OK, out.String())
+				t.Fatalf("connected %d of 12, created %d of 4 conversations:\n%s", j.Connect.OK, j.Setup.OK, out)
 			case l.Acked != 40 || len(l.Errors) != 0:
-				t.Fatalf("acked %d of 40 sends, errors %v:\n%s", l.Acked, l.Errors, out.String())
+				t.Fatalf("acked %d of 40 sends, errors %v:\n%s", l.Acked, l.Errors, out)
 			case l.Delivered != l.Expected || l.Expected < 40:
-				t.Fatalf("delivered %d of %d expected:\n%s", l.Delivered, l.Expected, out.String())
+				t.Fatalf("delivered %d of %d expected:\n%s", l.Delivered, l.Expected, out)
 			case l.AckLatency.Samples != 40 || l.DeliveryLatency.P99 <= 0 || l.DeliveryLatency.P99 > l.DeliveryLatency.Max:
-				t.Fatalf("implausible latencies:\n%s", out.String())
+				t.Fatalf("implausible latencies:\n%s", out)
 			case j.RSS.ConnectedKiB <= 0:
-				t.Fatalf("no memory figure for the given pid:\n%s", out.String())
+				t.Fatalf("no memory figure for the given pid:\n%s", out)
 			}
 			var table bytes.Buffer
 			if err := rep.print(&table, false); err != nil || !strings.Contains(table.String(), "send->delivered") {
@@ -148,8 +129,27 @@ func TestLoadAgainstNode(t *testing.T) {
 func TestIdleWithFloor(t *testing.T) {
 	env := testenv.NewEnv(t)
 	n := testenv.StartNode(t, env.NodeConfig())
-	cfg, err := parseFlags([]string{"-url", n.URL(), "-idle", "-floor", "-clients", "10", "-prefix", "floor",
-		"-groups", "4", "-group-size", "5", "-hold", "1ms", "-settle", "0", "-server-pid", strconv.Itoa(os.Getpid()), "-json"}, func(string) string { return "" })
+	_, j, out := runAgainst(t, "-url", n.URL(), "-idle", "-floor", "-clients", "10", "-prefix", "floor",
+		"-groups", "4", "-group-size", "5", "-hold", "1ms", "-settle", "0")
+	switch {
+	case j.Mode != "idle" || j.Connect.OK != 10:
+		t.Fatalf("connected %d of 10 in mode %s:\n%s", j.Connect.OK, j.Mode, out)
+	case j.Setup == nil || j.Setup.OK != 4 || j.UnconfirmedJoins != 0:
+		t.Fatalf("groups not all created, or %d joins unconfirmed:\n%s", j.UnconfirmedJoins, out)
+	case j.Floor == nil || j.Floor.RSS.Connections != 10 || j.Floor.RSS.ConnectedKiB <= 0:
+		t.Fatalf("no floor figures for 10 connections:\n%s", out)
+	}
+	if _, err := parseFlags([]string{"-floor"}, func(string) string { return "" }); err == nil {
+		t.Error("-floor without -idle was accepted")
+	}
+}
+
+// runAgainst runs chatbench with args, reporting in JSON the memory of this process (where the
+// tests' node runs), and returns the report, decoded from its JSON and as that text for failure
+// messages. A failed run fails the test with chatbench's log.
+func runAgainst(t *testing.T, args ...string) (*report, reportJSON, string) {
+	t.Helper()
+	cfg, err := parseFlags(append(args, "-server-pid", strconv.Itoa(os.Getpid()), "-json"), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,15 +168,5 @@ func TestIdleWithFloor(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &j); err != nil {
 		t.Fatalf("decode report: %v\n%s", err, out.String())
 	}
-	switch {
-	case j.Mode != "idle" || j.Connect.OK != 10:
-		t.Fatalf("connected %d of 10 in mode %s:\n%s", j.Connect.OK, j.Mode, out.String())
-	case j.Setup == nil || j.Setup.OK != 4 || j.UnconfirmedJoins != 0:
-		t.Fatalf("groups not all created, or %d joins unconfirmed:\n%s", j.UnconfirmedJoins, out.String())
-	case j.Floor == nil || j.Floor.RSS.Connections != 10 || j.Floor.RSS.ConnectedKiB <= 0:
-		t.Fatalf("no floor figures for 10 connections:\n%s", out.String())
-	}
-	if _, err := parseFlags([]string{"-floor"}, func(string) string { return "" }); err == nil {
-		t.Error("-floor without -idle was accepted")
-	}
+	return rep, j, out.String()
 }

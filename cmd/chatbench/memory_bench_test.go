@@ -3,11 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,37 +53,12 @@ func BenchmarkIdleMemory(b *testing.B) {
 // against it.
 func idleMemoryRun(b *testing.B, storeURI string) *report {
 	b.Helper()
-	dir := b.TempDir()
-	addrFile := filepath.Join(dir, "addrs.json")
-	logPath := filepath.Join(dir, "chatd.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		b.Fatalf("create chatd's log: %v", err)
-	}
-	defer logFile.Close()
-	chatdLog := func() string {
-		data, _ := os.ReadFile(logPath) // only to explain a failure
-		return string(data)
-	}
-	cmd := exec.Command(testenv.ChatdBinary.Path(b), "-admin-addr=")
-	cmd.Env = append(os.Environ(), "CHAT_ADDR=127.0.0.1:0", "CHAT_ADDR_FILE="+addrFile, "CHAT_DATA_DIR="+filepath.Join(dir, "data"),
-		"CHAT_MONGO_URI="+storeURI+"?maxPoolSize=16", "CHAT_LOG_LEVEL=warn")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("start chatd: %v", err)
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
-	addrs, err := testenv.WaitChatdAddrs(addrFile, time.Minute)
-	if err != nil {
-		b.Fatalf("chatd not up: %v; its log:\n%s", err, chatdLog())
-	}
-	base := "http://" + addrs.Addr
+	chatd := testenv.StartChatd(b, b.TempDir(), []string{"CHAT_MONGO_URI=" + storeURI + "?maxPoolSize=16"}, "-admin-addr=")
+	defer func() { _ = chatd.Stop() }() // each run measures a chatd of its own
+	base := "http://" + chatd.Addr
 	cfg, err := parseFlags([]string{"-url", base, "-idle", "-floor", "-clients", strconv.Itoa(idleBenchConns),
 		"-prefix", "idle", "-hold", "1s", "-settle", idleBenchSettle.String(), "-dial-concurrency", "16",
-		"-timeout", "120s", "-server-pid", strconv.Itoa(cmd.Process.Pid)}, func(string) string { return "" })
+		"-timeout", "120s", "-server-pid", strconv.Itoa(chatd.Pid())}, func(string) string { return "" })
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -96,7 +67,7 @@ func idleMemoryRun(b *testing.B, storeURI string) *report {
 	var log bytes.Buffer
 	rep, err := runBench(ctx, cfg, &log)
 	if err != nil {
-		b.Fatalf("chatbench: %v\n%s\nchatd's log:\n%s", err, log.String(), chatdLog())
+		b.Fatalf("chatbench: %v\n%s", err, log.String()) // the end of chatd's log follows (StartProcess)
 	}
 	return rep
 }

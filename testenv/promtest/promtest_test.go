@@ -3,10 +3,15 @@ package promtest_test
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/chatd/chatd/testenv/promtest"
@@ -83,6 +88,8 @@ func (r *fatalRecorder) Helper() {}
 
 func (r *fatalRecorder) Fatalf(format string, args ...any) { r.fatal = fmt.Sprintf(format, args...) }
 
+func (r *fatalRecorder) Fatal(args ...any) { r.fatal = fmt.Sprint(args...) }
+
 func TestReadFailsTheTest(t *testing.T) {
 	broken := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		return nil, errors.New("collector broke")
@@ -102,5 +109,61 @@ func TestReadFailsTheTest(t *testing.T) {
 		if r.fatal == "" {
 			t.Errorf("%s: Read did not fail the test", tc.name)
 		}
+	}
+}
+
+func TestRegisteredFailsWithoutTheSeries(t *testing.T) {
+	reg := registry(t)
+	if got := promtest.Registered(t, reg, "test_sent_total", "kind", "image"); got != (promtest.Sample{Value: 5, Found: true}) {
+		t.Errorf("Registered of a series that exists = %+v", got)
+	}
+	r := &fatalRecorder{TB: t}
+	promtest.Registered(r, reg, "test_sent_total", "code", "internal")
+	if !strings.Contains(r.fatal, "no series test_sent_total[code internal]") {
+		t.Errorf("Registered of a series that does not exist failed the test with %q", r.fatal)
+	}
+}
+
+func TestWaitFor(t *testing.T) {
+	reg := registry(t)
+	open := prometheus.NewGauge(prometheus.GaugeOpts{Name: "test_late", Help: "h"})
+	reg.MustRegister(open)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		open.Set(4)
+	}()
+	promtest.WaitFor(t, reg, 10*time.Second, 4, "test_late")
+
+	r := &fatalRecorder{TB: t}
+	promtest.WaitFor(r, reg, 30*time.Millisecond, 8, "test_sent_total", "code", "refused")
+	if !strings.Contains(r.fatal, "test_sent_total[code refused] = 7, want 8") {
+		t.Errorf("WaitFor of a value that never comes failed the test with %q", r.fatal)
+	}
+}
+
+// TestURLReadsWhatARegistryExposes: a registry read over HTTP, as a node's /metrics serves it,
+// reads the same as the registry itself; an endpoint that does not serve metrics fails the test.
+func TestURLReadsWhatARegistryExposes(t *testing.T) {
+	reg := registry(t)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	show := func(series []promtest.Series) []string {
+		var out []string
+		for _, s := range series {
+			out = append(out, fmt.Sprintf("%s%v %+v", s.Name, s.Labels, s.Sample))
+		}
+		return out
+	}
+	got, want := show(promtest.Gather(t, promtest.URL(srv.URL))), show(promtest.Gather(t, reg))
+	if !slices.Equal(got, want) {
+		t.Errorf("over HTTP:\n%q\nfrom the registry:\n%q", got, want)
+	}
+
+	missing := httptest.NewServer(http.NotFoundHandler())
+	defer missing.Close()
+	r := &fatalRecorder{TB: t}
+	promtest.Gather(r, promtest.URL(missing.URL))
+	if !strings.Contains(r.fatal, "404") {
+		t.Errorf("a URL that answers 404 failed the test with %q", r.fatal)
 	}
 }
