@@ -125,6 +125,18 @@ func publish(t *testing.T, nc *nats.Conn, subject, data string) {
 	}
 }
 
+// holdSlow publishes a message of the conversation "slow", which r holds, and waits until it
+// holds up its dispatcher in the handler.
+func holdSlow(t *testing.T, other *nats.Conn, r *recorder) {
+	t.Helper()
+	publish(t, other, "chat.conv.slow.msg", "big fan-out")
+	select {
+	case <-r.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow conversation's message never reached the handler")
+	}
+}
+
 // waitEvents waits until the events recorded for id are exactly want.
 func waitEvents(t *testing.T, r *recorder, id string, want ...event) {
 	t.Helper()
@@ -237,12 +249,7 @@ func TestBlockedConversationDoesNotHoldUpOthers(t *testing.T) {
 	}
 	flush(t, busConn)
 
-	publish(t, other, "chat.conv.slow.msg", "big fan-out")
-	select {
-	case <-r.entered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the slow conversation's message never reached the handler")
-	}
+	holdSlow(t, other, r)
 	for _, id := range ids[1:] {
 		publish(t, other, "chat.conv."+id+".msg", "hi")
 	}

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -105,33 +104,8 @@ func TestMetricsCountAScriptedSession(t *testing.T) {
 	}
 
 	// A slow consumer: sloth stops reading while a group gets many large messages.
-	sloth := dialRaw(t, n, slothToken, 4096)
-	sloth.readUntil(t, func(f rawFrame) bool { return f.text(protocol.TypeHello) })
-	group, err := bob.CreateGroup(ctx, "busy", []string{"carol", "sloth"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sloth.readUntil(t, func(f rawFrame) bool { return f.text(protocol.TypeConversation) })
-	body := strings.Repeat("z", protocol.MaxBodyBytes)
-	var wg sync.WaitGroup
-	errs := make(chan error, flood)
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < flood; i += 4 {
-				if _, err := bob.Send(ctx, group.ID, body); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("send during the flood: %v", err)
-	}
+	sloth, group := slothInBusyGroup(t, ctx, n, bob, slothToken)
+	floodGroup(t, ctx, bob, group.ID, flood)()
 	if _, code := sloth.readToClose(t, 30*time.Second); code != int(session.StatusSlowConsumer) {
 		t.Fatalf("slow consumer closed with %d; want %d", code, session.StatusSlowConsumer)
 	}

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
@@ -698,37 +699,13 @@ func TestSecuritySlowConsumerIsCut(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	bob := connectReady(t, n, "bob")
 	carol := connectReady(t, n, "carol")
-	sloth := dialRaw(t, n, login(t, n, "sloth"), 4096)
-	sloth.readUntil(t, func(f rawFrame) bool { return f.text(protocol.TypeHello) })
-	group, err := bob.CreateGroup(ctx, "busy", []string{"carol", "sloth"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sloth.readUntil(t, func(f rawFrame) bool { return f.text(protocol.TypeConversation) })
+	sloth, group := slothInBusyGroup(t, ctx, n, bob, login(t, n, "sloth"))
 	// From here on sloth reads nothing: the kernel buffers fill, then its queue.
-	body := strings.Repeat("z", protocol.MaxBodyBytes)
-	var wg sync.WaitGroup
-	errs := make(chan error, messages)
 	start := time.Now()
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < messages; i += 4 {
-				if _, err := bob.Send(ctx, group.ID, body); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
+	sent := floodGroup(t, ctx, bob, group.ID, messages)
 	testenv.Messages(t, carol, group.ID, messages, time.Minute)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("send during the flood: %v", err)
-	}
-	t.Logf("carol got %d messages of %d KiB in %s", messages, len(body)>>10, time.Since(start))
+	sent()
+	t.Logf("carol got %d messages of %d KiB in %s", messages, protocol.MaxBodyBytes>>10, time.Since(start))
 	got, code := sloth.readToClose(t, 30*time.Second)
 	if code != int(session.StatusSlowConsumer) {
 		t.Fatalf("slow consumer closed with %d after %d frames; want %d", code, got, session.StatusSlowConsumer)
@@ -736,6 +713,48 @@ func TestSecuritySlowConsumerIsCut(t *testing.T) {
 	t.Logf("the slow consumer got %d text frames before the close", got)
 	if got >= 2*messages {
 		t.Fatalf("slow consumer got all %d frames; it was never behind", got)
+	}
+}
+
+// slothInBusyGroup has bob create a group "busy" with carol and sloth, sloth on a raw connection
+// with a small receive buffer (dialRaw) that has read up to the group's frame and reads nothing
+// more unless the test reads it.
+func slothInBusyGroup(t *testing.T, ctx context.Context, n *testenv.Node, bob *client.Conn, slothToken string) (*rawConn, protocol.Conversation) {
+	t.Helper()
+	sloth := dialRaw(t, n, slothToken, 4096)
+	sloth.readUntil(t, func(f rawFrame) bool { return f.text(protocol.TypeHello) })
+	group, err := bob.CreateGroup(ctx, "busy", []string{"carol", "sloth"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sloth.readUntil(t, func(f rawFrame) bool { return f.text(protocol.TypeConversation) })
+	return sloth, group
+}
+
+// floodGroup has c send messages messages of the largest body to conversation convID, from four
+// senders at once. It returns at once; the function it returns waits for the sends and fails the
+// test if one failed.
+func floodGroup(t *testing.T, ctx context.Context, c *client.Conn, convID string, messages int) (wait func()) {
+	body := strings.Repeat("z", protocol.MaxBodyBytes)
+	var wg sync.WaitGroup
+	errs := make(chan error, messages)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; i < messages; i += 4 {
+				if _, err := c.Send(ctx, convID, body); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	return func() {
+		t.Helper()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("send during the flood: %v", err)
+		}
 	}
 }
 

@@ -171,7 +171,7 @@ func TestReplyShowsQuote(t *testing.T) {
 // for everyone, the quote says so at once, still without it loaded; and the quote loads the
 // answered message and shows it.
 func TestReplyToMessageNotLoaded(t *testing.T) {
-	s := startDM(t, defaultNode(t), "bob", "alice", nil)
+	s := startDM(t, defaultNode(t), "bob", "alice", false)
 	bob := s.page
 	s.send(t, "msg", 1, 70)
 	if _, err := s.peer.Request(s.ctx, protocol.ClientFrame{Type: protocol.TypeSend, ConversationID: s.dm.ID,

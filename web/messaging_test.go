@@ -260,13 +260,8 @@ func TestPresenceInDM(t *testing.T) {
 // to another and deletes a third; when the page is back it asks sync for the changes after the
 // version it holds and shows all three, without reloading the messages.
 func TestChangesCaughtUpAfterReconnect(t *testing.T) {
-	var link *testenv.FaultProxy
-	s := startDM(t, defaultNode(t), "alice", "bob", func(n *testenv.Node) string {
-		link = testenv.StartFaultProxy(t, n.Addr())
-		return "http://" + link.Addr()
-	})
-	alice := s.page
-	alice.allowNetworkErrors = true
+	s := startDM(t, defaultNode(t), "alice", "bob", true)
+	alice, link := s.page, s.link
 	s.send(t, "msg", 1, 3)
 	alice.untilShown(1, 3)
 

@@ -25,11 +25,13 @@ type dmScene struct {
 	peer *client.Conn
 	dm   protocol.Conversation
 	ctx  context.Context
+	link *testenv.FaultProxy // between the page and the node, if the scene was started proxied
 }
 
-// startDM signs the page in as user (through baseURL when not empty, else the node), connects
-// peer as a client and opens their DM on the page.
-func startDM(t *testing.T, cfg func(*testenv.Env) *testenv.Node, user, peer string, via func(n *testenv.Node) string) dmScene {
+// startDM signs the page in as user, connects peer as a client and opens their DM on the page.
+// If proxied, the page reaches the node through a FaultProxy (the scene's link) that the test
+// breaks, and it expects the network errors that follow.
+func startDM(t *testing.T, cfg func(*testenv.Env) *testenv.Node, user, peer string, proxied bool) dmScene {
 	t.Helper()
 	env := testenv.NewEnv(t)
 	n := cfg(&env)
@@ -38,8 +40,11 @@ func startDM(t *testing.T, cfg func(*testenv.Env) *testenv.Node, user, peer stri
 	peerConn := testenv.Connect(t, n.URL(), peer)
 	p := newBrowser(t).newPage(user)
 	url := n.URL()
-	if via != nil {
-		url = via(n)
+	var link *testenv.FaultProxy
+	if proxied {
+		link = testenv.StartFaultProxy(t, n.Addr())
+		url = "http://" + link.Addr()
+		p.allowNetworkErrors = true
 	}
 	p.signIn(url, user)
 	p.openDM(peer)
@@ -47,7 +52,7 @@ func startDM(t *testing.T, cfg func(*testenv.Env) *testenv.Node, user, peer stri
 	if err != nil {
 		t.Fatalf("open the dm from %s: %v", peer, err)
 	}
-	return dmScene{node: n, page: p, peer: peerConn, dm: dm, ctx: ctx}
+	return dmScene{node: n, page: p, peer: peerConn, dm: dm, ctx: ctx, link: link}
 }
 
 func defaultNode(t *testing.T) func(*testenv.Env) *testenv.Node {
@@ -80,7 +85,7 @@ func maxReadSent(p *page, from int) int64 {
 // after carol reloads, although it is far above the newest page.
 func TestReadTicksAfterReload(t *testing.T) {
 	const replies = 55
-	s := startDM(t, defaultNode(t), "carol", "alice", nil)
+	s := startDM(t, defaultNode(t), "carol", "alice", false)
 	carol := s.page
 	carol.typeMessage("Hi Alice", true)
 	carol.waitFor("carol's message to be confirmed", `!!document.querySelector('#messages > li[data-seq="1"][data-state="sent"]')`)
@@ -102,7 +107,7 @@ func TestReadTicksAfterReload(t *testing.T) {
 // TestRightToLeftText (defect 4): Hebrew and Arabic messages and a Hebrew draft run right to
 // left; English stays left to right.
 func TestRightToLeftText(t *testing.T) {
-	s := startDM(t, defaultNode(t), "bob", "alice", nil)
+	s := startDM(t, defaultNode(t), "bob", "alice", false)
 	bob := s.page
 	for _, body := range []string{"שלום, מה שלומך?", "مرحبا بك", "hello there"} {
 		if _, err := s.peer.Send(s.ctx, s.dm.ID, body); err != nil {
@@ -123,7 +128,7 @@ func TestRightToLeftText(t *testing.T) {
 // TestOverlongDraftKept (defect 6): a paste over the server's limit (protocol.MaxBodyBytes, in
 // UTF-8 bytes) is kept whole, warned about, and not sent until it fits.
 func TestOverlongDraftKept(t *testing.T) {
-	s := startDM(t, defaultNode(t), "bob", "alice", nil)
+	s := startDM(t, defaultNode(t), "bob", "alice", false)
 	bob := s.page
 	warned := `!document.getElementById('composer-warning').hidden && document.getElementById('send').disabled && document.getElementById('composer-input').getAttribute('aria-invalid') === 'true'`
 	clear := `document.getElementById('composer-warning').hidden && !document.getElementById('send').disabled`
@@ -165,13 +170,8 @@ func TestOverlongDraftKept(t *testing.T) {
 // TestFailedSendsResentOnReconnect (defect 7): messages written while the network is down are
 // sent by themselves once it is back, in the order written, each stored once.
 func TestFailedSendsResentOnReconnect(t *testing.T) {
-	var link *testenv.FaultProxy
-	s := startDM(t, defaultNode(t), "alice", "bob", func(n *testenv.Node) string {
-		link = testenv.StartFaultProxy(t, n.Addr())
-		return "http://" + link.Addr()
-	})
-	alice := s.page
-	alice.allowNetworkErrors = true
+	s := startDM(t, defaultNode(t), "alice", "bob", true)
+	alice, link := s.page, s.link
 	alice.typeMessage("one", true)
 	alice.waitFor("the first message to be confirmed", `!!document.querySelector('#messages > li[data-seq="1"][data-state="sent"]')`)
 
@@ -208,7 +208,7 @@ func TestFailedSendsResentOnReconnect(t *testing.T) {
 // TestNewMessageCue (defect 2): scrolled up, a new message shows a cue in the pane that jumps to
 // it; at the bottom of a window that got 140 px shorter, new messages are still followed.
 func TestNewMessageCue(t *testing.T) {
-	s := startDM(t, defaultNode(t), "bob", "alice", nil)
+	s := startDM(t, defaultNode(t), "bob", "alice", false)
 	bob := s.page
 	s.send(t, "msg", 1, 30)
 	bob.untilShown(1, 30)
@@ -241,17 +241,12 @@ func TestNewMessageCue(t *testing.T) {
 // where the user left off and marks read only what has been on screen.
 func TestBacklogNotMarkedRead(t *testing.T) {
 	const before, missed = 20, 130
-	var link *testenv.FaultProxy
 	s := startDM(t, func(env *testenv.Env) *testenv.Node {
 		cfg := env.NodeConfig()
 		cfg.Chat.SyncLimit = 50
 		return testenv.StartNode(t, cfg)
-	}, "bob", "alice", func(n *testenv.Node) string {
-		link = testenv.StartFaultProxy(t, n.Addr())
-		return "http://" + link.Addr()
-	})
-	bob := s.page
-	bob.allowNetworkErrors = true
+	}, "bob", "alice", true)
+	bob, link := s.page, s.link
 	s.send(t, "msg", 1, before)
 	bob.untilShown(1, before)
 	bob.readToBottom(before)
@@ -281,7 +276,7 @@ func TestBacklogNotMarkedRead(t *testing.T) {
 // TestLongMessages (defect 5): a 16 KB message with no spaces wraps inside its bubble, and long
 // messages are collapsed behind "Show more".
 func TestLongMessages(t *testing.T) {
-	s := startDM(t, defaultNode(t), "bob", "alice", nil)
+	s := startDM(t, defaultNode(t), "bob", "alice", false)
 	bob := s.page
 	unbroken := strings.Repeat("x", protocol.MaxBodyBytes)
 	lines := make([]string, 60)
@@ -325,7 +320,7 @@ func TestLongMessages(t *testing.T) {
 // TestPhoneShowsActivityElsewhere (defect 8): on a phone, inside one conversation, a message in
 // another shows on the back button.
 func TestPhoneShowsActivityElsewhere(t *testing.T) {
-	s := startDM(t, defaultNode(t), "bob", "alice", nil)
+	s := startDM(t, defaultNode(t), "bob", "alice", false)
 	bob := s.page
 	bob.do("a phone-sized window", chromedp.EmulateViewport(375, 667))
 	bob.waitFor("the conversation covering the list", `getComputedStyle(document.getElementById('sidebar')).display === 'none'`)
