@@ -10,7 +10,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 )
@@ -98,7 +97,7 @@ func (r *blockRecords) lookupsSoFar() int {
 
 func newBlockingPart(users ...string) (*blocking, *blockRecords, *publishedBus) {
 	records, bus := newBlockRecords(users...), &publishedBus{}
-	l := &live{hub: hub.New[Conn, *onlineUser](hub.Config{}), bus: bus, log: zerolog.Nop()}
+	l := newLive(Config{}, bus, zerolog.Nop())
 	return &blocking{live: l, store: records}, records, bus
 }
 

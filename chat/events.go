@@ -193,7 +193,7 @@ func (s *Service) HandleUserEvent(userID string, data []byte) {
 
 // applyJoin routes a conversation to an online user and tells their devices; deleted are the
 // conversation's seqs deleted for everyone. A join already applied changes nothing.
-func (s *Service) applyJoin(userID string, conv protocol.Conversation, deleted []int64) {
+func (s *live) applyJoin(userID string, conv protocol.Conversation, deleted []int64) {
 	u := s.online(userID)
 	if u == nil {
 		return
@@ -219,7 +219,7 @@ func (s *Service) applyJoin(userID string, conv protocol.Conversation, deleted [
 }
 
 // applyLeave takes a conversation out of an online user's view.
-func (s *Service) applyLeave(userID, convID string) {
+func (s *live) applyLeave(userID, convID string) {
 	u := s.online(userID)
 	if u == nil {
 		return

@@ -38,7 +38,6 @@ type presenceStore interface {
 // hub and the bus with the other parts (live) and has a store of its own.
 type presence struct {
 	*live
-	cfg   Config
 	store presenceStore
 
 	// queue feeds recordPresences, which closes done once stopped is closed and nothing waits, or
@@ -50,8 +49,8 @@ type presence struct {
 }
 
 // newPresence returns the presence part and starts its writer; Stop ends it.
-func newPresence(cfg Config, store presenceStore, l *live) *presence {
-	p := &presence{live: l, cfg: cfg, store: store, queue: newPresenceQueue(),
+func newPresence(store presenceStore, l *live) *presence {
+	p := &presence{live: l, store: store, queue: newPresenceQueue(),
 		stopped: make(chan struct{}), done: make(chan struct{})}
 	var ctx context.Context
 	ctx, p.cancel = context.WithCancel(context.Background())
@@ -321,7 +320,7 @@ func (s *live) publishToPeers(u *onlineUser, ev userEvent) {
 
 // addPeers adds the members of a conversation to the user's peers, if it is a DM or a small
 // group. u.mu is held.
-func (s *Service) addPeers(uid string, u *onlineUser, kind string, members []string) {
+func (s *live) addPeers(uid string, u *onlineUser, kind string, members []string) {
 	if kind != storage.KindDM && len(members) > s.cfg.LiveReceiptsMaxMembers {
 		return
 	}

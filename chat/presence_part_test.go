@@ -13,7 +13,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 )
@@ -152,8 +151,8 @@ type presencePart struct {
 func newPresencePart(t *testing.T) presencePart {
 	t.Helper()
 	records, bus := newPresenceRecords(), &publishedBus{}
-	l := &live{hub: hub.New[Conn, *onlineUser](hub.Config{}), bus: bus, log: zerolog.Nop()}
-	p := newPresence(Config{NodeID: "n1", OpTimeout: 5 * time.Second, LiveReceiptsMaxMembers: DefaultLiveReceiptsMaxMembers}, records, l)
+	l := newLive(Config{NodeID: "n1", OpTimeout: 5 * time.Second, LiveReceiptsMaxMembers: DefaultLiveReceiptsMaxMembers}, bus, zerolog.Nop())
+	p := newPresence(records, l)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

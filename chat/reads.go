@@ -29,7 +29,6 @@ type readStore interface {
 // positions are kept, and the bus with the other parts (live); cursor writes go through Reads.
 type readState struct {
 	*live
-	cfg   Config
 	store readStore
 	reads Reads
 }

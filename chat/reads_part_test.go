@@ -8,7 +8,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 )
@@ -74,8 +73,8 @@ func (w *waitingReads) FlushConversation(context.Context, string) error { return
 
 func newReadStatePart(records *readRecords) (*readState, *waitingReads, *publishedBus) {
 	reads, bus := &waitingReads{}, &publishedBus{}
-	l := &live{hub: hub.New[Conn, *onlineUser](hub.Config{}), bus: bus, log: zerolog.Nop(), deleted: newDeletions()}
-	return &readState{live: l, cfg: Config{LiveReceiptsMaxMembers: 32}, store: records, reads: reads}, reads, bus
+	l := newLive(Config{LiveReceiptsMaxMembers: 32}, bus, zerolog.Nop())
+	return &readState{live: l, store: records, reads: reads}, reads, bus
 }
 
 // TestReadStatePartMovesForward: a read moves the position forward only, clamped to the last

@@ -14,7 +14,6 @@ package chat
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"sync"
 	"time"
 
@@ -94,14 +93,9 @@ type Service struct {
 	// part of its own, with its own store.
 	*readState
 
-	cfg   Config
 	store Store
 	seq   Sender
 	reads Reads
-
-	// interest serializes, per conversation or user id, the subscriptions that follow the hub's
-	// changes (see watch.go).
-	interest interestLocks
 
 	typing typingThrottle
 
@@ -168,16 +162,14 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, log zerolog.
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	l := &live{hub: hub.New[Conn, *onlineUser](cfg.Hub), bus: bus, log: log.With().Str("component", "chat").Logger(),
-		deleted: newDeletions()}
-	s := &Service{live: l, presence: newPresence(cfg, store, l), blocking: &blocking{live: l, store: store},
-		readState: &readState{live: l, cfg: cfg, store: store, reads: reads}, cfg: cfg, store: store, seq: seq, reads: reads,
+	l := newLive(cfg, bus, log.With().Str("component", "chat").Logger())
+	s := &Service{live: l, presence: newPresence(store, l), blocking: &blocking{live: l, store: store},
+		readState: &readState{live: l, store: store, reads: reads}, store: store, seq: seq, reads: reads,
 		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
 		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads)}
 	s.syncRanges = newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, s.admitSyncRange)
 	s.typing.seen = make(map[typingKey]time.Time)
-	s.interest.seed = maphash.MakeSeed()
 	return s, nil
 }
 

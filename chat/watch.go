@@ -30,7 +30,7 @@ func (l *interestLocks) lock(id string) *sync.Mutex {
 
 // watchConversation subscribes to a conversation's events while a member of it is connected here,
 // and ends the subscription once none is.
-func (s *Service) watchConversation(convID string) {
+func (s *live) watchConversation(convID string) {
 	mu := s.interest.lock("c" + convID)
 	mu.Lock()
 	defer mu.Unlock()
@@ -43,7 +43,7 @@ func (s *Service) watchConversation(convID string) {
 
 // watchUser subscribes to a user's events while they have a connection here, and ends the
 // subscription once they have none.
-func (s *Service) watchUser(userID string) {
+func (s *live) watchUser(userID string) {
 	mu := s.interest.lock("u" + userID)
 	mu.Lock()
 	defer mu.Unlock()
