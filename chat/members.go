@@ -14,8 +14,86 @@ import (
 	"github.com/chatd/chatd/storage"
 )
 
+// memberStore is what membership reads and writes.
+type memberStore interface {
+	Conversation(ctx context.Context, id string) (storage.Conversation, error)
+	EnsureConversation(ctx context.Context, c storage.Conversation) (storage.Conversation, error)
+	MissingUsers(ctx context.Context, ids []string) ([]string, error)
+	AddMembers(ctx context.Context, id string, userIDs []string) error
+	RemoveMember(ctx context.Context, id, userID string) error
+	DeleteAccount(ctx context.Context, userID string) (storage.DeletedAccount, error)
+}
+
+// membership is the part of the service that makes conversations and changes who is in them:
+// opening a DM, creating a group, adding and removing members, leaving, deleting an account.
+// Each change is announced through the conversation's owner (seq), which also re-reads the
+// members so that the change binds the very next send; blocks decide who may be put together.
+// It shares the hub and the bus with the other parts (live) and has a store of its own.
+type membership struct {
+	*live
+	store  memberStore
+	seq    Sender
+	blocks *blocking
+}
+
+// OpenDM opens (or finds) the one DM of userID and peer, unless a block stands between them.
+func (s *membership) OpenDM(ctx context.Context, userID, peer string) (protocol.Conversation, error) {
+	if peer == userID {
+		return protocol.Conversation{}, protocol.Refuse(protocol.ErrInvalid, "a DM needs another user")
+	}
+	if err := s.blocks.checkDMOpen(ctx, userID, peer); err != nil {
+		return protocol.Conversation{}, err
+	}
+	members := []string{userID, peer}
+	slices.Sort(members)
+	return s.createConversation(ctx, userID, storage.Conversation{
+		ID: DMID(userID, peer), Kind: storage.KindDM, Members: members, CreatedBy: userID, CreatedAt: now(),
+	})
+}
+
+// CreateGroup creates a group of userID and members, none of whom has a block with userID.
+func (s *membership) CreateGroup(ctx context.Context, userID, name string, members []string) (protocol.Conversation, error) {
+	all := append([]string{userID}, members...)
+	slices.Sort(all)
+	all = slices.Compact(all)
+	if err := s.blocks.checkAdd(ctx, userID, all); err != nil {
+		return protocol.Conversation{}, err
+	}
+	return s.createConversation(ctx, userID, storage.Conversation{
+		ID: uuid.NewString(), Kind: storage.KindGroup, Name: name, Members: all, CreatedBy: userID, CreatedAt: now(),
+	})
+}
+
+// createConversation stores a conversation (or finds the existing DM), makes it live for the
+// creator at once, and tells every member's devices on every node.
+func (s *membership) createConversation(ctx context.Context, userID string, c storage.Conversation) (protocol.Conversation, error) {
+	missing, err := s.store.MissingUsers(ctx, c.Members)
+	if err != nil {
+		return protocol.Conversation{}, fmt.Errorf("look up members: %w", err)
+	}
+	if len(missing) > 0 {
+		return protocol.Conversation{}, protocol.Refuse(protocol.ErrNotFound, noSuchUser, missing[0])
+	}
+	stored, err := s.store.EnsureConversation(ctx, c)
+	if err != nil {
+		return protocol.Conversation{}, fmt.Errorf("store conversation: %w", err)
+	}
+	view := toView(stored, position{}, stored.LastSeq)
+	// The creator's devices here learn at once (the reply must not wait for the bus); the bus
+	// event then changes nothing for them, and reaches the other members.
+	s.applyJoin(userID, view, stored.DeletedSeqs)
+	for _, m := range stored.Members {
+		s.publishUser(m, userEvent{Type: userJoined, Conversation: &view, DeletedSeqs: stored.DeletedSeqs})
+	}
+	p, err := s.positionOf(userID, stored.ID)
+	if err != nil {
+		return protocol.Conversation{}, err
+	}
+	return toView(stored, p, s.lastSeq(stored.ID, p)), nil
+}
+
 // group loads a group the user is a member of.
-func (s *Service) group(ctx context.Context, userID, convID string) (storage.Conversation, error) {
+func (s *membership) group(ctx context.Context, userID, convID string) (storage.Conversation, error) {
 	if _, err := s.positionOf(userID, convID); err != nil {
 		return storage.Conversation{}, err
 	}
@@ -34,7 +112,7 @@ func (s *Service) group(ctx context.Context, userID, convID string) (storage.Con
 
 // announce sequences a system message about a membership change. Reload makes the owner re-read
 // the members first, so the change binds the very next send.
-func (s *Service) announce(ctx context.Context, convID, actor, body string) (protocol.Message, error) {
+func (s *membership) announce(ctx context.Context, convID, actor, body string) (protocol.Message, error) {
 	m, err := s.seq.Send(ctx, sequencer.SendRequest{ConversationID: convID, SenderID: actor, ClientMsgID: uuid.NewString(),
 		Kind: protocol.KindSystem, Body: body, Reload: true})
 	if err != nil {
@@ -48,7 +126,7 @@ func (s *Service) announce(ctx context.Context, convID, actor, body string) (pro
 
 // AddMembers adds users to a group userID is in; any member may add, but not a user with a block
 // between them and the adder.
-func (s *Service) AddMembers(ctx context.Context, userID, convID string, members []string) error {
+func (s *membership) AddMembers(ctx context.Context, userID, convID string, members []string) error {
 	c, err := s.group(ctx, userID, convID)
 	if err != nil {
 		return err
@@ -69,7 +147,7 @@ func (s *Service) AddMembers(ctx context.Context, userID, convID string, members
 	if len(missing) > 0 {
 		return protocol.Refuse(protocol.ErrNotFound, noSuchUser, missing[0])
 	}
-	if err := s.checkAdd(ctx, userID, added); err != nil {
+	if err := s.blocks.checkAdd(ctx, userID, added); err != nil {
 		return err
 	}
 	if err := s.store.AddMembers(ctx, c.ID, added); err != nil {
@@ -91,7 +169,7 @@ func (s *Service) AddMembers(ctx context.Context, userID, convID string, members
 
 // RemoveMember takes target out of a group: the creator may remove anyone, everyone may leave
 // (target == userID).
-func (s *Service) RemoveMember(ctx context.Context, userID, convID, target string) error {
+func (s *membership) RemoveMember(ctx context.Context, userID, convID, target string) error {
 	c, err := s.group(ctx, userID, convID)
 	if err != nil {
 		return err
@@ -136,7 +214,7 @@ func (s *Service) HideConversation(ctx context.Context, userID, convID string) e
 // other members' devices, tells every node which group messages became tombstones (so its
 // unread counts leave them out), makes the owners forget the user's memberships, and closes the
 // user's connections on every node.
-func (s *Service) DeleteAccount(ctx context.Context, userID string) error {
+func (s *membership) DeleteAccount(ctx context.Context, userID string) error {
 	deleted, err := s.store.DeleteAccount(ctx, userID)
 	if err != nil {
 		return fmt.Errorf("delete account %s: %w", userID, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -79,62 +78,6 @@ func (s *Service) send(ctx context.Context, userID string, req SendRequest) (pro
 	// cursor write. In memory it moves on one path, on every node alike: when the message is
 	// delivered (deliverMessage), before it reaches the sender's devices.
 	return m, nil
-}
-
-// OpenDM opens (or finds) the one DM of userID and peer, unless a block stands between them.
-func (s *Service) OpenDM(ctx context.Context, userID, peer string) (protocol.Conversation, error) {
-	if peer == userID {
-		return protocol.Conversation{}, protocol.Refuse(protocol.ErrInvalid, "a DM needs another user")
-	}
-	if err := s.checkDMOpen(ctx, userID, peer); err != nil {
-		return protocol.Conversation{}, err
-	}
-	members := []string{userID, peer}
-	slices.Sort(members)
-	return s.createConversation(ctx, userID, storage.Conversation{
-		ID: DMID(userID, peer), Kind: storage.KindDM, Members: members, CreatedBy: userID, CreatedAt: now(),
-	})
-}
-
-// CreateGroup creates a group of userID and members, none of whom has a block with userID.
-func (s *Service) CreateGroup(ctx context.Context, userID, name string, members []string) (protocol.Conversation, error) {
-	all := append([]string{userID}, members...)
-	slices.Sort(all)
-	all = slices.Compact(all)
-	if err := s.checkAdd(ctx, userID, all); err != nil {
-		return protocol.Conversation{}, err
-	}
-	return s.createConversation(ctx, userID, storage.Conversation{
-		ID: uuid.NewString(), Kind: storage.KindGroup, Name: name, Members: all, CreatedBy: userID, CreatedAt: now(),
-	})
-}
-
-// createConversation stores a conversation (or finds the existing DM), makes it live for the
-// creator at once, and tells every member's devices on every node.
-func (s *Service) createConversation(ctx context.Context, userID string, c storage.Conversation) (protocol.Conversation, error) {
-	missing, err := s.store.MissingUsers(ctx, c.Members)
-	if err != nil {
-		return protocol.Conversation{}, fmt.Errorf("look up members: %w", err)
-	}
-	if len(missing) > 0 {
-		return protocol.Conversation{}, protocol.Refuse(protocol.ErrNotFound, noSuchUser, missing[0])
-	}
-	stored, err := s.store.EnsureConversation(ctx, c)
-	if err != nil {
-		return protocol.Conversation{}, fmt.Errorf("store conversation: %w", err)
-	}
-	view := toView(stored, position{}, stored.LastSeq)
-	// The creator's devices here learn at once (the reply must not wait for the bus); the bus
-	// event then changes nothing for them, and reaches the other members.
-	s.applyJoin(userID, view, stored.DeletedSeqs)
-	for _, m := range stored.Members {
-		s.publishUser(m, userEvent{Type: userJoined, Conversation: &view, DeletedSeqs: stored.DeletedSeqs})
-	}
-	p, err := s.positionOf(userID, stored.ID)
-	if err != nil {
-		return protocol.Conversation{}, err
-	}
-	return toView(stored, p, s.lastSeq(stored.ID, p)), nil
 }
 
 // ListConversations returns the conversations of userID, without those deleted for them that

@@ -34,17 +34,13 @@ type Store interface {
 	presenceStore
 	blockStore
 	readStore
+	memberStore
 	Conversation(ctx context.Context, id string) (storage.Conversation, error)
 	ConversationsOf(ctx context.Context, userID string) ([]storage.Conversation, error)
-	EnsureConversation(ctx context.Context, c storage.Conversation) (storage.Conversation, error)
 	MessageRange(ctx context.Context, conversationID string, from, to int64) ([]storage.Message, error)
 	User(ctx context.Context, id string) (storage.User, error)
-	MissingUsers(ctx context.Context, ids []string) ([]string, error)
-	AddMembers(ctx context.Context, id string, userIDs []string) error
-	RemoveMember(ctx context.Context, id, userID string) error
 	ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) ([]storage.Message, error)
 	HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error
-	DeleteAccount(ctx context.Context, userID string) (storage.DeletedAccount, error)
 }
 
 // Sender sequences and persists a message, or a change of one; the sequencer implements it.
@@ -92,6 +88,9 @@ type Service struct {
 	// readState moves read and delivered positions and counts receipts and unread (reads.go): a
 	// part of its own, with its own store.
 	*readState
+	// membership makes conversations and changes who is in them (members.go): a part of its own,
+	// with its own store.
+	*membership
 
 	store Store
 	seq   Sender
@@ -163,8 +162,10 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, log zerolog.
 	}
 	cfg = cfg.withDefaults()
 	l := newLive(cfg, bus, log.With().Str("component", "chat").Logger())
-	s := &Service{live: l, presence: newPresence(store, l), blocking: &blocking{live: l, store: store},
-		readState: &readState{live: l, store: store, reads: reads}, store: store, seq: seq, reads: reads,
+	blocks := &blocking{live: l, store: store}
+	s := &Service{live: l, presence: newPresence(store, l), blocking: blocks,
+		readState:  &readState{live: l, store: store, reads: reads},
+		membership: &membership{live: l, store: store, seq: seq, blocks: blocks}, store: store, seq: seq, reads: reads,
 		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
 		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
 		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads)}
