@@ -142,17 +142,7 @@ func TestIdenticalSyncsShareStoreReads(t *testing.T) {
 	g, conns := stormGroup(t, ts, 50, 5)
 	gate := gateRanges(t, ts, nil)
 
-	errs := make(chan error, len(conns))
-	for _, c := range conns {
-		go func() {
-			_, err := ts.svc.Sync(ts.ctx, c, map[string]int64{g: 0}, nil)
-			errs <- err
-		}()
-	}
-	key := messageRange{g, 1, DefaultSyncLimit}
-	waitUntil(t, func() string {
-		return fmt.Sprintf("%d of %d syncs waiting for a read", ts.svc.syncRanges.waitingFor(key), len(conns))
-	}, func() bool { return ts.svc.syncRanges.waitingFor(key) == len(conns) })
+	errs, key := syncAllWaiting(t, ts, g, conns)
 	gate.open()
 	for range conns {
 		if err := <-errs; err != nil {
@@ -328,17 +318,7 @@ func TestQueuedSyncsShareOneRead(t *testing.T) {
 	waitUntil(t, func() string { return "bob's sync read to reach the store" },
 		func() bool { _, inside, _ := gate.counts(); return inside == 1 })
 
-	errs := make(chan error, len(conns))
-	for _, c := range conns {
-		go func() {
-			_, err := ts.svc.Sync(ts.ctx, c, map[string]int64{g: 0}, nil)
-			errs <- err
-		}()
-	}
-	key := messageRange{g, 1, DefaultSyncLimit}
-	waitUntil(t, func() string {
-		return fmt.Sprintf("%d of %d syncs queued", ts.svc.syncRanges.waitingFor(key), len(conns))
-	}, func() bool { return ts.svc.syncRanges.waitingFor(key) == len(conns) })
+	errs, key := syncAllWaiting(t, ts, g, conns)
 	gate.open()
 	if err := <-bobDone; err != nil {
 		t.Fatalf("bob's sync: %v", err)
@@ -517,4 +497,22 @@ func TestMaxConcurrentSyncReadsConfig(t *testing.T) {
 	if got := DefaultConfig().MaxConcurrentSyncReads; got != DefaultMaxConcurrentSyncReads {
 		t.Errorf("DefaultConfig has MaxConcurrentSyncReads %d, want %d", got, DefaultMaxConcurrentSyncReads)
 	}
+}
+
+// syncAllWaiting starts a sync of each of conns from the start of g and returns once every one
+// waits for the same store read of g's first page (key); their results come on errs.
+func syncAllWaiting(t *testing.T, ts *testService, g string, conns []*fakeConn) (errs chan error, key messageRange) {
+	t.Helper()
+	errs = make(chan error, len(conns))
+	for _, c := range conns {
+		go func() {
+			_, err := ts.svc.Sync(ts.ctx, c, map[string]int64{g: 0}, nil)
+			errs <- err
+		}()
+	}
+	key = messageRange{g, 1, DefaultSyncLimit}
+	waitUntil(t, func() string {
+		return fmt.Sprintf("%d of %d syncs waiting for the read of the first page", ts.svc.syncRanges.waitingFor(key), len(conns))
+	}, func() bool { return ts.svc.syncRanges.waitingFor(key) == len(conns) })
+	return errs, key
 }

@@ -74,37 +74,39 @@ export function openSettings() {
   if (conn.live) loadBlocks();
 }
 
-export async function setReceipts() {
-  const send = ui.receiptsSwitch.checked;
-  ui.receiptsSwitch.disabled = true;
-  ui.receiptsStatus.textContent = 'Saving…';
-  try {
-    await request({ type: 'set_privacy', hideReceipts: !send });
-    localStorage.setItem(PRIVACY_KEY + me(), send ? 'shown' : 'hidden');
-    ui.receiptsStatus.textContent = send ? 'Others see when you have read their messages.' : 'Your read receipts are hidden.';
-  } catch (err) {
-    ui.receiptsSwitch.checked = !send; // the server kept the old setting
-    ui.receiptsStatus.textContent = '';
-    ui.settingsError.textContent = failureText('Could not change read receipts', err);
-  } finally {
-    ui.receiptsSwitch.disabled = false;
-  }
+export function setReceipts() {
+  return savePrivacy({
+    box: ui.receiptsSwitch, status: ui.receiptsStatus, field: 'hideReceipts', key: PRIVACY_KEY,
+    shownText: 'Others see when you have read their messages.', hiddenText: 'Your read receipts are hidden.',
+    failure: 'Could not change read receipts',
+  });
 }
 
-export async function setPresenceShown() {
-  const show = ui.presenceSwitch.checked;
-  ui.presenceSwitch.disabled = true;
-  ui.presenceStatus.textContent = 'Saving…';
+export function setPresenceShown() {
+  return savePrivacy({
+    box: ui.presenceSwitch, status: ui.presenceStatus, field: 'hidePresence', key: PRESENCE_KEY,
+    shownText: 'Others see when you are online.', hiddenText: 'Whether you are online is hidden.',
+    failure: 'Could not change who sees you online',
+  });
+}
+
+// savePrivacy sends one privacy switch (set_privacy with field) as the user set box, and remembers
+// it on this device under key: the server has no frame that tells it. A refusal puts the switch
+// back, since the server kept the old setting.
+async function savePrivacy({ box, status, field, key, shownText, hiddenText, failure }) {
+  const show = box.checked;
+  box.disabled = true;
+  status.textContent = 'Saving…';
   try {
-    await request({ type: 'set_privacy', hidePresence: !show });
-    localStorage.setItem(PRESENCE_KEY + me(), show ? 'shown' : 'hidden');
-    ui.presenceStatus.textContent = show ? 'Others see when you are online.' : 'Whether you are online is hidden.';
+    await request({ type: 'set_privacy', [field]: !show });
+    localStorage.setItem(key + me(), show ? 'shown' : 'hidden');
+    status.textContent = show ? shownText : hiddenText;
   } catch (err) {
-    ui.presenceSwitch.checked = !show; // the server kept the old setting
-    ui.presenceStatus.textContent = '';
-    ui.settingsError.textContent = failureText('Could not change who sees you online', err);
+    box.checked = !show;
+    status.textContent = '';
+    ui.settingsError.textContent = failureText(failure, err);
   } finally {
-    ui.presenceSwitch.disabled = false;
+    box.disabled = false;
   }
 }
 
