@@ -18,14 +18,14 @@ import (
 
 // EditMessage replaces the text of one of userID's own messages. The message keeps its seq;
 // every member's devices get an edited frame, and pages show the new text with its edit time.
-func (s *Service) EditMessage(ctx context.Context, userID, convID string, seq int64, body string) error {
+func (s *messaging) EditMessage(ctx context.Context, userID, convID string, seq int64, body string) error {
 	return s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: message.OpEdit, Seq: seq, Body: body})
 }
 
 // DeleteMessage tombstones one of userID's own messages for everyone; its seq stays. The owner
 // records the seq on the conversation, so unread counts leave it out, and every node that hears
 // the change tells its members' devices with a deleted frame (this node's counts learn it at once).
-func (s *Service) DeleteMessage(ctx context.Context, userID, convID string, seq int64) error {
+func (s *messaging) DeleteMessage(ctx context.Context, userID, convID string, seq int64) error {
 	if err := s.change(ctx, userID, sequencer.SendRequest{ConversationID: convID, Op: message.OpDelete, Seq: seq}); err != nil {
 		return err
 	}
@@ -35,7 +35,7 @@ func (s *Service) DeleteMessage(ctx context.Context, userID, convID string, seq 
 
 // React adds userID's emoji to a message, or takes it away. Adding one already there, or taking
 // away one that is not, changes nothing and succeeds.
-func (s *Service) React(ctx context.Context, userID, convID string, seq int64, emoji string, remove bool) error {
+func (s *messaging) React(ctx context.Context, userID, convID string, seq int64, emoji string, remove bool) error {
 	op := message.OpReact
 	if remove {
 		op = message.OpUnreact
@@ -45,7 +45,7 @@ func (s *Service) React(ctx context.Context, userID, convID string, seq int64, e
 
 // change sends one change of a stored message through its conversation's owner, which checks it
 // against the message as stored, numbers it and publishes it once stored.
-func (s *Service) change(ctx context.Context, userID string, req sequencer.SendRequest) error {
+func (s *messaging) change(ctx context.Context, userID string, req sequencer.SendRequest) error {
 	if _, err := s.positionOf(userID, req.ConversationID); err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (s *Service) change(ctx context.Context, userID string, req sequencer.SendR
 
 // Reactions lists who reacted to one message with what: the per-user lists that pages and
 // pushes leave out (large groups get counts only).
-func (s *Service) Reactions(ctx context.Context, userID, convID string, seq int64) ([]protocol.Reaction, error) {
+func (s *messaging) Reactions(ctx context.Context, userID, convID string, seq int64) ([]protocol.Reaction, error) {
 	if _, err := s.positionOf(userID, convID); err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (s *Service) Reactions(ctx context.Context, userID, convID string, seq int6
 
 // Focus records which of its user's conversations a connection shows ("" for none): a large
 // group's reactions are pushed only to the connections that show it.
-func (s *Service) Focus(c Conn, convID string) error {
+func (s *messaging) Focus(c Conn, convID string) error {
 	if convID != "" {
 		if _, err := s.positionOf(c.UserID(), convID); err != nil {
 			return err
@@ -100,7 +100,7 @@ func (s *Service) Focus(c Conn, convID string) error {
 // and in larger groups only the connections that have the conversation in focus, so a reaction
 // costs no frame per member of a large group. A deletion also takes the message out of the
 // unread counts computed here; it moves no badge (clients subtract it, see docs/PROTOCOL.md).
-func (s *Service) HandleChange(convID string, data []byte) {
+func (s *messaging) HandleChange(convID string, data []byte) {
 	var ch sequencer.Change
 	if err := json.Unmarshal(data, &ch); err != nil || ch.ConversationID != convID {
 		s.log.Error().Err(err).Str("conversation", convID).Msg("undecodable change event")
@@ -135,7 +135,7 @@ func (s *Service) HandleChange(convID string, data []byte) {
 // the messages changed since (edits, reactions, deletions) among those it holds (seq up to since,
 // all when since does not name the conversation), at most SyncLimit per conversation, as one
 // changes frame each; conversations with no change get none.
-func (s *Service) catchUp(ctx context.Context, c Conn, since, versions map[string]int64) error {
+func (s *messaging) catchUp(ctx context.Context, c Conn, since, versions map[string]int64) error {
 	uid := c.UserID()
 	for convID, have := range versions {
 		if _, err := s.positionOf(uid, convID); err != nil {
@@ -170,7 +170,7 @@ func (s *Service) catchUp(ctx context.Context, c Conn, since, versions map[strin
 
 // changedMessages reads, in one of the node's sync read slots, the messages of a conversation
 // changed after version with seq at most maxSeq.
-func (s *Service) changedMessages(ctx context.Context, convID string, version, maxSeq int64) ([]storage.Message, error) {
+func (s *messaging) changedMessages(ctx context.Context, convID string, version, maxSeq int64) ([]storage.Message, error) {
 	release, err := s.syncReadSlot(ctx)
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func (s *Service) changedMessages(ctx context.Context, convID string, version, m
 
 // viewOf is a stored message as viewer sees it in a page, a sync replay or a catch-up: their own
 // reactions marked, and a quote of a message deleted since it was quoted shown as deleted.
-func (s *Service) viewOf(m storage.Message, viewer string) protocol.Message {
+func (s *messaging) viewOf(m storage.Message, viewer string) protocol.Message {
 	w := message.View(m, viewer)
 	if q := w.Quote; q != nil && !q.Deleted {
 		if _, deleted := slices.BinarySearch(s.deleted.of(m.ConversationID), m.ReplyTo); deleted {

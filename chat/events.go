@@ -99,13 +99,13 @@ func (s *live) publishConversation(convID string, ev conversationEvent) {
 // unread from the pushes. The sender's own position moves with it, on every node, so their own
 // messages are never unread. received is when the bus took the message from NATS, from which the
 // fan-out measures its delivery latency.
-func (s *Service) HandleMessage(convID string, data []byte, received time.Time) {
+func (s *messaging) HandleMessage(convID string, data []byte, received time.Time) {
 	s.deliverMessage(convID, data, received)
 }
 
 // deliverMessage is HandleMessage, reporting whether the message was news here (see
 // hub.Hub.DeliverMessage); received is the zero time for a message read from the store.
-func (s *Service) deliverMessage(convID string, data []byte, received time.Time) bool {
+func (s *messaging) deliverMessage(convID string, data []byte, received time.Time) bool {
 	var msg protocol.Message
 	if err := json.Unmarshal(data, &msg); err != nil || msg.ConversationID != convID {
 		s.log.Error().Err(err).Str("conversation", convID).Msg("undecodable message event")
@@ -116,7 +116,7 @@ func (s *Service) deliverMessage(convID string, data []byte, received time.Time)
 }
 
 // ownMessage moves a sender's position past their own message, if they are online here.
-func (s *Service) ownMessage(senderID, convID string, seq int64) {
+func (s *messaging) ownMessage(senderID, convID string, seq int64) {
 	if u := s.online(senderID); u != nil {
 		u.mu.Lock()
 		if p, ok := u.positions[convID]; ok {

@@ -197,7 +197,7 @@ func (s *membership) RemoveMember(ctx context.Context, userID, convID, target st
 // HideConversation deletes a conversation for the user only: out of their list, everything so far
 // read, history untouched for others; a newer message brings it back with only the newer messages
 // unread.
-func (s *Service) HideConversation(ctx context.Context, userID, convID string) error {
+func (s *messaging) HideConversation(ctx context.Context, userID, convID string) error {
 	_, last, err := s.checkedPosition(ctx, userID, convID)
 	if err != nil {
 		return err
@@ -205,7 +205,7 @@ func (s *Service) HideConversation(ctx context.Context, userID, convID string) e
 	if err := s.store.HideConversation(ctx, userID, convID, last); err != nil {
 		return fmt.Errorf("hide %s for %s: %w", convID, userID, err)
 	}
-	s.applyCursor(userID, convID, last, last) // here at once; the bus event reaches other nodes
+	s.cursors.applyCursor(userID, convID, last, last) // here at once; the bus event reaches other nodes
 	s.publishUser(userID, userEvent{Type: userHidden, ConvID: convID, ReadSeq: last})
 	return nil
 }

@@ -37,20 +37,20 @@ type SendRequest struct {
 // Send sequences and persists a message of userID and returns it with its seq, once stored. The
 // sender's read position moves to it (stored by the owner with the message). A DM with a block between its members refuses it (see
 // blocks.go).
-func (s *Service) Send(ctx context.Context, userID string, req SendRequest) (protocol.Message, error) {
+func (s *messaging) Send(ctx context.Context, userID string, req SendRequest) (protocol.Message, error) {
 	start := time.Now()
 	m, err := s.send(ctx, userID, req)
 	s.cfg.Metrics.sent(start, err)
 	return m, err
 }
 
-func (s *Service) send(ctx context.Context, userID string, req SendRequest) (protocol.Message, error) {
+func (s *messaging) send(ctx context.Context, userID string, req SendRequest) (protocol.Message, error) {
 	p, err := s.positionOf(userID, req.ConversationID)
 	if err != nil {
 		return protocol.Message{}, err
 	}
 	if p.kind == storage.KindDM {
-		if err := s.checkDMSend(ctx, userID, req.ConversationID); err != nil {
+		if err := s.blocks.checkDMSend(ctx, userID, req.ConversationID); err != nil {
 			return protocol.Message{}, err
 		}
 	}
@@ -82,13 +82,13 @@ func (s *Service) send(ctx context.Context, userID string, req SendRequest) (pro
 
 // ListConversations returns the conversations of userID, without those deleted for them that
 // have had nothing new since.
-func (s *Service) ListConversations(ctx context.Context, userID string) ([]protocol.Conversation, error) {
+func (s *messaging) ListConversations(ctx context.Context, userID string) ([]protocol.Conversation, error) {
 	return s.listConversations(ctx, userID, false)
 }
 
 // listConversations is ListConversations; a syncing session's (syncing true) reads the store in
 // a sync read slot.
-func (s *Service) listConversations(ctx context.Context, userID string, syncing bool) ([]protocol.Conversation, error) {
+func (s *messaging) listConversations(ctx context.Context, userID string, syncing bool) ([]protocol.Conversation, error) {
 	if syncing {
 		release, err := s.syncReadSlot(ctx)
 		if err != nil {
@@ -102,7 +102,7 @@ func (s *Service) listConversations(ctx context.Context, userID string, syncing 
 	}
 	cursors := map[string]storage.Cursor(nil)
 	if s.online(userID) == nil {
-		if cursors, err = s.cursorsOf(ctx, userID); err != nil {
+		if cursors, err = s.cursors.cursorsOf(ctx, userID); err != nil {
 			return nil, err
 		}
 	}
@@ -133,7 +133,7 @@ func (s *Service) listConversations(ctx context.Context, userID string, syncing 
 // syncing and connecting sessions of the node are bounded by MaxConcurrentSyncReads, so a
 // reconnect storm queues here instead of swamping the store. With versions it then catches the
 // client up on the changes (edits, reactions, deletions) of what it holds (see catchUp).
-func (s *Service) Sync(ctx context.Context, c Conn, since, versions map[string]int64) ([]protocol.Conversation, error) {
+func (s *messaging) Sync(ctx context.Context, c Conn, since, versions map[string]int64) ([]protocol.Conversation, error) {
 	uid := c.UserID()
 	err := s.hub.Sync(ctx, c, func(push hub.ReplayFunc) error {
 		for convID, have := range since {
@@ -183,7 +183,7 @@ type Page struct {
 // (deleted messages stay as tombstones), so the range is computed from the anchor and the page
 // size alone, at any depth. Identical pages asked at once (members opening a conversation after a
 // reconnect) share one query and one conversation look-up (see sharedReads).
-func (s *Service) History(ctx context.Context, userID, convID string, at Anchor, limit int) (Page, error) {
+func (s *messaging) History(ctx context.Context, userID, convID string, at Anchor, limit int) (Page, error) {
 	start := time.Now()
 	page, err := s.history(ctx, userID, convID, at, limit)
 	if err == nil {
@@ -192,7 +192,7 @@ func (s *Service) History(ctx context.Context, userID, convID string, at Anchor,
 	return page, err
 }
 
-func (s *Service) history(ctx context.Context, userID, convID string, at Anchor, limit int) (Page, error) {
+func (s *messaging) history(ctx context.Context, userID, convID string, at Anchor, limit int) (Page, error) {
 	p, last, err := s.checkedPosition(ctx, userID, convID)
 	if err != nil {
 		return Page{}, err
@@ -217,7 +217,7 @@ func (s *Service) history(ctx context.Context, userID, convID string, at Anchor,
 
 // checkedPosition returns a member's position and the conversation's last seq (the store's counter
 // or what was delivered here, whichever is ahead), checking membership against the store too.
-func (s *Service) checkedPosition(ctx context.Context, userID, convID string) (position, int64, error) {
+func (s *messaging) checkedPosition(ctx context.Context, userID, convID string) (position, int64, error) {
 	p, err := s.positionOf(userID, convID)
 	if err != nil {
 		return position{}, 0, err
@@ -275,7 +275,7 @@ func pageRange(at Anchor, limit int, last int64) (from, to int64) {
 
 // Typing tells the other members online that userID is typing, at most once per TypingInterval
 // per conversation; more frequent calls succeed and send nothing.
-func (s *Service) Typing(userID, convID string) error {
+func (s *messaging) Typing(userID, convID string) error {
 	if _, err := s.positionOf(userID, convID); err != nil {
 		return err
 	}

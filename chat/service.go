@@ -29,18 +29,14 @@ import (
 // word for word, for a user who blocks the asker (see blocks.go).
 const noSuchUser = "no such user: %s"
 
-// Store is what the service reads and writes directly; sends go through the Sender.
+// Store is what the parts read and write, their stores together; the connection lifecycle (a
+// user's load) and the resync read through it too. Sends and changes go through the Sender.
 type Store interface {
 	presenceStore
 	blockStore
 	readStore
 	memberStore
-	Conversation(ctx context.Context, id string) (storage.Conversation, error)
-	ConversationsOf(ctx context.Context, userID string) ([]storage.Conversation, error)
-	MessageRange(ctx context.Context, conversationID string, from, to int64) ([]storage.Message, error)
-	User(ctx context.Context, id string) (storage.User, error)
-	ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) ([]storage.Message, error)
-	HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error
+	messageStore
 }
 
 // Sender sequences and persists a message, or a change of one; the sequencer implements it.
@@ -91,10 +87,36 @@ type Service struct {
 	// membership makes conversations and changes who is in them (members.go): a part of its own,
 	// with its own store.
 	*membership
+	// messaging sends, pages, syncs, lists, changes and hides messages and conversations (ops.go,
+	// changes.go, sharedreads.go): a part of its own, with its own store.
+	*messaging
 
+	// store and reads serve the connection lifecycle (Open, Close) and the resync after a NATS
+	// reconnect, which are the service's own.
 	store Store
-	seq   Sender
 	reads Reads
+}
+
+// messageStore is what messaging reads and writes; sends and changes go through the Sender.
+type messageStore interface {
+	Conversation(ctx context.Context, id string) (storage.Conversation, error)
+	ConversationsOf(ctx context.Context, userID string) ([]storage.Conversation, error)
+	MessageRange(ctx context.Context, conversationID string, from, to int64) ([]storage.Message, error)
+	ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) ([]storage.Message, error)
+	HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error
+}
+
+// messaging is the part of the service that carries messages: sends (through the conversation's
+// owner), history pages, the sync of a (re)connecting session, the list, edits, reactions and
+// deletes, hiding a conversation, typing, and the delivery of what the bus brings. It shares the
+// hub and the bus with the other parts (live), asks blocking before a DM's send and read state
+// for cursors, and has a store of its own.
+type messaging struct {
+	*live
+	store   messageStore
+	seq     Sender
+	blocks  *blocking
+	cursors *readState
 
 	typing typingThrottle
 
@@ -107,6 +129,17 @@ type Service struct {
 	// syncReads holds one token per store read of a connecting or syncing session running now, at
 	// most MaxConcurrentSyncReads: a reconnect storm queues here rather than in the store.
 	syncReads chan struct{}
+}
+
+// newMessaging returns the messaging part.
+func newMessaging(store messageStore, seq Sender, blocks *blocking, cursors *readState, l *live) *messaging {
+	m := &messaging{live: l, store: store, seq: seq, blocks: blocks, cursors: cursors,
+		pageRanges: newSharedReads[messageRange, []storage.Message](l.cfg.OpTimeout, nil),
+		convs:      newSharedReads[string, storage.Conversation](l.cfg.OpTimeout, nil),
+		syncReads:  make(chan struct{}, l.cfg.MaxConcurrentSyncReads)}
+	m.syncRanges = newSharedReads[messageRange, []storage.Message](l.cfg.OpTimeout, m.admitSyncRange)
+	m.typing.seen = make(map[typingKey]time.Time)
+	return m
 }
 
 // messageRange is one exact range read, the key under which identical reads are merged.
@@ -163,15 +196,10 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, log zerolog.
 	cfg = cfg.withDefaults()
 	l := newLive(cfg, bus, log.With().Str("component", "chat").Logger())
 	blocks := &blocking{live: l, store: store}
-	s := &Service{live: l, presence: newPresence(store, l), blocking: blocks,
-		readState:  &readState{live: l, store: store, reads: reads},
-		membership: &membership{live: l, store: store, seq: seq, blocks: blocks}, store: store, seq: seq, reads: reads,
-		pageRanges: newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, nil),
-		convs:      newSharedReads[string, storage.Conversation](cfg.OpTimeout, nil),
-		syncReads:  make(chan struct{}, cfg.MaxConcurrentSyncReads)}
-	s.syncRanges = newSharedReads[messageRange, []storage.Message](cfg.OpTimeout, s.admitSyncRange)
-	s.typing.seen = make(map[typingKey]time.Time)
-	return s, nil
+	cursors := &readState{live: l, store: store, reads: reads}
+	return &Service{live: l, presence: newPresence(store, l), blocking: blocks, readState: cursors,
+		membership: &membership{live: l, store: store, seq: seq, blocks: blocks},
+		messaging:  newMessaging(store, seq, blocks, cursors, l), store: store, reads: reads}, nil
 }
 
 // positionOf returns a copy of a member's position, or protocol.ErrNotMember.

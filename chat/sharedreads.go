@@ -156,7 +156,7 @@ func (g *sharedReads[K, V]) readOnce(ctx context.Context, r *sharedRead[V], read
 
 // syncReadSlot waits, as long as ctx allows, for one of the node's MaxConcurrentSyncReads slots
 // for the store reads of connecting and syncing sessions; release gives it back.
-func (s *Service) syncReadSlot(ctx context.Context) (release func(), err error) {
+func (s *messaging) syncReadSlot(ctx context.Context) (release func(), err error) {
 	start := time.Now()
 	select {
 	case s.syncReads <- struct{}{}:
@@ -169,7 +169,7 @@ func (s *Service) syncReadSlot(ctx context.Context) (release func(), err error) 
 
 // syncRange reads the messages from..to of a conversation for a sync, merged with identical
 // syncs (see sharedReads) and in a sync read slot. The slice is shared: read it only.
-func (s *Service) syncRange(ctx context.Context, convID string, from, to int64) ([]storage.Message, error) {
+func (s *messaging) syncRange(ctx context.Context, convID string, from, to int64) ([]storage.Message, error) {
 	msgs, shared, err := s.syncRanges.do(ctx, messageRange{convID, from, to}, func(ctx context.Context) ([]storage.Message, error) {
 		return s.store.MessageRange(ctx, convID, from, to)
 	})
@@ -180,7 +180,7 @@ func (s *Service) syncRange(ctx context.Context, convID string, from, to int64) 
 }
 
 // admitSyncRange takes a sync read slot for a shared sync read, which waits under its own timeout.
-func (s *Service) admitSyncRange(ctx context.Context) (release func(), err error) {
+func (s *messaging) admitSyncRange(ctx context.Context) (release func(), err error) {
 	release, err = s.syncReadSlot(ctx)
 	if err != nil {
 		// Whoever still waits for the read has waited its whole timeout: the store is swamped.
@@ -191,7 +191,7 @@ func (s *Service) admitSyncRange(ctx context.Context) (release func(), err error
 
 // pageMessages reads the messages from..to of a conversation for a history page, merged with
 // identical pages. The slice is shared: read it only.
-func (s *Service) pageMessages(ctx context.Context, convID string, from, to int64) ([]storage.Message, error) {
+func (s *messaging) pageMessages(ctx context.Context, convID string, from, to int64) ([]storage.Message, error) {
 	msgs, shared, err := s.pageRanges.do(ctx, messageRange{convID, from, to}, func(ctx context.Context) ([]storage.Message, error) {
 		return s.store.MessageRange(ctx, convID, from, to)
 	})
@@ -203,7 +203,7 @@ func (s *Service) pageMessages(ctx context.Context, convID string, from, to int6
 
 // conversation reads a conversation, merged with identical look-ups. Its Members are shared:
 // read them only.
-func (s *Service) conversation(ctx context.Context, convID string) (storage.Conversation, error) {
+func (s *messaging) conversation(ctx context.Context, convID string) (storage.Conversation, error) {
 	conv, shared, err := s.convs.do(ctx, convID, func(ctx context.Context) (storage.Conversation, error) {
 		return s.store.Conversation(ctx, convID)
 	})

@@ -445,7 +445,7 @@ func TestSyncDoesNotShareAReadThatBegan(t *testing.T) {
 		ts.send("alice", g, fmt.Sprint(i))
 	}
 	store := &snapshotStore{fakeStore: ts.store, gate: make(chan struct{})}
-	ts.svc.store = store
+	ts.svc.messaging.store = store // the sync reads through messaging
 	var once sync.Once
 	open := func() { once.Do(func() { close(store.gate) }) }
 	t.Cleanup(open)
