@@ -91,10 +91,10 @@ type Service struct {
 	// changes.go, sharedreads.go): a part of its own, with its own store.
 	*messaging
 
-	// store and reads serve the connection lifecycle (Open, Close) and the resync after a NATS
-	// reconnect, which are the service's own.
+	// store serves the connection lifecycle (a user's load) and the resync after a NATS
+	// reconnect, which are the service's own; Close writes pending cursors through readState's
+	// Reads.
 	store Store
-	reads Reads
 }
 
 // messageStore is what messaging reads and writes; sends and changes go through the Sender.
@@ -199,7 +199,7 @@ func New(cfg Config, store Store, seq Sender, reads Reads, bus Bus, log zerolog.
 	cursors := &readState{live: l, store: store, reads: reads}
 	return &Service{live: l, presence: newPresence(store, l), blocking: blocks, readState: cursors,
 		membership: &membership{live: l, store: store, seq: seq, blocks: blocks},
-		messaging:  newMessaging(store, seq, blocks, cursors, l), store: store, reads: reads}, nil
+		messaging:  newMessaging(store, seq, blocks, cursors, l), store: store}, nil
 }
 
 // positionOf returns a copy of a member's position, or protocol.ErrNotMember.

@@ -146,16 +146,9 @@ function scrollAnchor() {
   return null;
 }
 
-export function oldestUnreadOwnSeq(c, w) {
-  for (let s = Math.max(w.lo, c.peerReadSeq + 1); s <= w.hi; s++) {
-    const m = w.bySeq.get(s);
-    if (m && m.senderId === me() && m.kind === 'text') return s;
-  }
-  return 0;
-}
-
-export function firstOwnSeq(w) {
-  for (let s = w.lo; s <= w.hi; s++) {
+// firstOwnSeq is the oldest own text message shown at or after seq from; 0 for none.
+export function firstOwnSeq(w, from = w.lo) {
+  for (let s = Math.max(w.lo, from); s <= w.hi; s++) {
     const m = w.bySeq.get(s);
     if (m && m.senderId === me() && m.kind === 'text') return s;
   }

@@ -4,7 +4,7 @@
 import { conn, request, sendFrame } from './connection.js';
 import { applyGroupReads, applyLastReceipts, applyOwnRead, applyReceipts, recountTotal } from './dispatch.js';
 import { ui } from './dom.js';
-import { firstOwnSeq, lastOwnSeq, oldestUnreadOwnSeq, renderMessages, updateCue } from './messages.js';
+import { firstOwnSeq, lastOwnSeq, renderMessages, updateCue } from './messages.js';
 import {
   DELIVERED_DEBOUNCE_MS, READS_KEY, READ_DEBOUNCE_MS, me, openConv, openWindow, shown, store
 } from './state.js';
@@ -135,7 +135,7 @@ export async function refreshReceipts() {
   const w = openWindow();
   if (!c || !w || !conn.live) return;
   if (c.kind !== 'dm') { await refreshGroupReads(c, w); return; }
-  const seq = oldestUnreadOwnSeq(c, w);
+  const seq = firstOwnSeq(w, c.peerReadSeq + 1); // the oldest own message not known to be read
   if (!seq) return;
   try {
     const r = await request({ type: 'receipts', conversationId: c.id, seq });
@@ -164,8 +164,7 @@ async function refreshGroupReads(c, w) {
       const last = lastOwnSeq(w);
       if (last > from) {
         const r2 = await request({ type: 'receipts', conversationId: c.id, seq: last });
-        g.counts.push([last, r2.readBy || 0]);
-        g.counts.sort((a, b) => a[0] - b[0]);
+        g.counts.push([last, r2.readBy || 0]); // after from's: counts stay in seq order
       }
     }
     applyGroupReads(c, g);
