@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +71,8 @@ type entry struct {
 	// change is what a change request changed, published once it is stored; nil for a send, and
 	// for a change that changed nothing.
 	change *Change
+	// erased are the seqs an EraseSender request made tombstones.
+	erased []int64
 }
 
 // batchMessages holds the stored messages a batch reads and changes, each read once: a reply's
@@ -225,6 +229,10 @@ func (p *partition) flush(batch []pending) {
 				continue
 			}
 		}
+		if pd.req.EraseSender != "" {
+			p.erase(ctx, e)
+			continue
+		}
 		if pd.req.Op != "" {
 			p.change(ctx, e, key, msgs)
 			continue
@@ -241,7 +249,7 @@ func (p *partition) flush(batch []pending) {
 	}
 	if p.stillOwner != nil && !p.stillOwner() {
 		// Another node holds the partition now; what was stored will be found by the new owner
-		// through the unique index when the client retries.
+		// through the message's claims when the client retries.
 		p.seq.staleAcks.event(&p.seq.log, zerolog.WarnLevel).Int("partition", p.id).Int("sends", len(batch)).
 			Msg("partition claimed by another node; sends answered as retryable")
 		p.convs = make(map[string]*conversationState)
@@ -257,10 +265,14 @@ func (p *partition) flush(batch []pending) {
 	}
 	for i, e := range entries {
 		// Counted before the answer, so whoever got the answer sees it counted.
-		if req := batch[i].req; !req.Reload || req.Kind != "" { // a bare reload is not a send
+		if req := batch[i].req; (!req.Reload || req.Kind != "") && req.EraseSender == "" { // nor is a bare reload or an erase
 			p.seq.metrics.answered(e.result != nil, e.reason)
 		}
-		p.respond(batch[i].replyTo, answer(e.result, e.refused))
+		r := answer(e.result, e.refused)
+		if e.result != nil {
+			r.Erased = e.erased
+		}
+		p.respond(batch[i].replyTo, r)
 	}
 }
 
@@ -385,6 +397,23 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 	e.result = &m
 }
 
+// erase makes the messages of a deleted account in e's conversation tombstones, here in the
+// owner's order, so that no bucket is written by two writers at once (the embedded store's
+// updates rewrite the whole document). It needs no member: the account is gone.
+func (p *partition) erase(ctx context.Context, e *entry) {
+	id := e.req.ConversationID
+	c, err := p.conversation(ctx, id)
+	if err == nil {
+		e.erased, err = p.seq.store.TombstoneSender(ctx, id, c.lastSeq, e.req.EraseSender)
+	}
+	if err != nil {
+		p.seq.log.Error().Err(err).Str("conversation", id).Msg("erase the messages of a deleted account")
+		p.fail([]*entry{e}, failStore)
+		return
+	}
+	e.result = &protocol.Message{ConversationID: id}
+}
+
 // storeChanges writes the batch's changed messages: first the seqs of those it deleted onto
 // their conversations (so unread counts leave them out; a failure before the tombstone is
 // finished by the retry), then every changed message with one bulk of updates guarded by the
@@ -430,6 +459,8 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 		return
 	}
 	defer p.seq.metrics.inserted(time.Now())
+	// A conversation's messages together (in seq order still), so each bucket is one append.
+	slices.SortStableFunc(fresh, func(a, b *entry) int { return strings.Compare(a.msg.ConversationID, b.msg.ConversationID) })
 	rest := fresh
 	for len(rest) > 0 {
 		err := p.seq.store.InsertMessages(ctx, messagesOf(rest))
@@ -645,8 +676,8 @@ func memberSet(members []string) map[string]bool {
 }
 
 // conversation returns the owner's state of a conversation, recovering it from the store on first
-// use: lastSeq is the larger of the counter and the highest stored seq, since the messages
-// collection is the truth.
+// use: lastSeq is the larger of the counter and the highest claimed seq, since the claims are
+// the truth (storage.RecoverSeq, which also closes a failed writer's holes).
 func (p *partition) conversation(ctx context.Context, id string) (*conversationState, error) {
 	if c, ok := p.convs[id]; ok {
 		return c, nil
@@ -655,7 +686,7 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 	if err != nil {
 		return nil, err
 	}
-	high, err := p.seq.store.HighestSeq(ctx, id)
+	high, err := p.seq.store.RecoverSeq(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -179,29 +179,42 @@ func TestAuditReportsEachBreak(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	messages, counters, conversations := db.Collection("messages"), db.Collection("conversationCounters"), db.Collection("conversations")
+	buckets, claims := db.Collection("messageBuckets"), db.Collection("messageClaims")
+	counters, conversations := db.Collection("conversationCounters"), db.Collection("conversations")
 	rawMessage := func(conv string, seq int64, sender string) bson.D {
 		return bson.D{{Key: "conversationId", Value: conv}, {Key: "seq", Value: seq}, {Key: "senderId", Value: sender},
 			{Key: "kind", Value: protocol.KindText}, {Key: "body", Value: "raw"}, {Key: "createdAt", Value: time.Now()},
 			{Key: "clientMsgId", Value: fmt.Sprintf("raw-%s-%d", conv, seq)}}
 	}
+	// Every seq of the audit's groups is in their first bucket.
+	firstBucket := func(conv string) bson.D { return bson.D{{Key: "_id", Value: conv + "/000000000000"}} }
+	push := func(conv string, m bson.D) {
+		t.Helper()
+		_, err := buckets.UpdateOne(ctx, firstBucket(conv), bson.D{{Key: "$push", Value: bson.D{{Key: "messages", Value: m}}}})
+		raw("push a message into a bucket", err)
+	}
 
 	// A gap: seq 9 (ann's, not her newest) gone.
-	_, err := messages.DeleteOne(ctx, bson.D{{Key: "conversationId", Value: "gap"}, {Key: "seq", Value: int64(9)}})
+	var gap struct {
+		Messages []bson.M `bson:"messages"`
+	}
+	raw("read a bucket", buckets.FindOne(ctx, firstBucket("gap")).Decode(&gap))
+	gap.Messages = slices.DeleteFunc(gap.Messages, func(m bson.M) bool { return m["seq"] == int64(9) })
+	_, err := buckets.UpdateOne(ctx, firstBucket("gap"), bson.D{{Key: "$set", Value: bson.D{{Key: "messages", Value: gap.Messages}}}})
 	raw("delete a message", err)
-	// A duplicate: seq 4 three times, at the end of the first page, where the copies push later
-	// seqs out of the range read. The unique index would refuse them, so it goes first.
-	raw("drop the unique seq index", messages.Indexes().DropOne(ctx, "conversation_seq"))
+	// A duplicate: seq 4 three times.
 	for i := range 2 {
 		dupe := rawMessage("dup", 4, "ann")
 		dupe[len(dupe)-1].Value = fmt.Sprintf("copy-%d", i)
-		_, err = messages.InsertOne(ctx, dupe)
-		raw("insert a duplicate seq", err)
+		push("dup", dupe)
 	}
-	// Seqs above lastSeq, the first next to it and one far beyond, with a gap between.
+	// Seqs above lastSeq, claimed by a writer that stored only the first and the last of them.
+	for seq := int64(auditSeqs + 1); seq <= auditSeqs+50; seq++ {
+		_, err = claims.InsertOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("above/%012d", seq)}, {Key: "conversationId", Value: "above"}, {Key: "seq", Value: seq}})
+		raw("claim a seq above lastSeq", err)
+	}
 	for _, seq := range []int64{auditSeqs + 1, auditSeqs + 50} {
-		_, err = messages.InsertOne(ctx, rawMessage("above", seq, "ben"))
-		raw("insert above lastSeq", err)
+		push("above", rawMessage("above", seq, "ben"))
 	}
 	// Counters lowered: lastSeq by two, lastVersion by one, ben's newest message.
 	_, err = counters.UpdateOne(ctx, bson.D{{Key: "_id", Value: "counter"}}, bson.D{{Key: "$set", Value: bson.D{

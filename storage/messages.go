@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -63,189 +65,357 @@ type MessageUpdate struct {
 // ErrConflict means a guarded update matched nothing: another writer changed the message first.
 var ErrConflict = errors.New("message changed by another writer")
 
-// InsertMessages stores msgs in order with one insertMany. When a unique index refuses one of them
-// it returns a *DuplicateError: the messages before its Index were stored, the rest were not.
+// InsertMessages stores msgs in order: first their claims (for each message its client message
+// id, then its seq) with one ordered insertMany, then the messages into their buckets with one
+// bulk of appends. When a claim already exists it returns a *DuplicateError: the messages before
+// its Index were stored, the rest were not; MessageByClientID then tells a retried send (its
+// client claim existed) from a seq another writer took. Messages of one bucket should come
+// together (the sequencer sorts its batch by conversation), so that they are one append.
 func (s *Store) InsertMessages(ctx context.Context, msgs []Message) (err error) {
 	defer s.metrics.observe(opInsertMessages, time.Now(), &err)
 	if len(msgs) == 0 {
 		return nil
 	}
-	docs := make([]any, len(msgs))
-	for i := range msgs {
-		docs[i] = msgs[i]
+	claims := make([]any, 0, 2*len(msgs))
+	for _, m := range msgs {
+		claims = append(claims,
+			claimDoc{ID: clientClaimID(m.ConversationID, m.ClientMsgID), ConversationID: m.ConversationID, Seq: m.Seq},
+			claimDoc{ID: seqClaimID(m.ConversationID, m.Seq), ConversationID: m.ConversationID, Seq: m.Seq})
 	}
-	_, err = s.messages.InsertMany(ctx, docs, options.InsertMany().SetOrdered(true))
-	if err == nil {
+	stored := len(msgs)
+	var dup error
+	if _, err := s.claims.InsertMany(ctx, claims, options.InsertMany().SetOrdered(true)); err != nil {
+		i, ok := duplicateIndex(err)
+		if !ok {
+			return fmt.Errorf("claim %d messages: %w", len(msgs), err)
+		}
+		stored, dup = i/2, err
+		if i%2 == 1 {
+			// The seq is taken but the client claim just made is not: release it, so the send can
+			// be stored later under another seq.
+			m := msgs[stored]
+			if _, err := s.claims.DeleteOne(ctx, byID(clientClaimID(m.ConversationID, m.ClientMsgID))); err != nil {
+				return fmt.Errorf("release claim of %s in %s: %w", m.ClientMsgID, m.ConversationID, err)
+			}
+		}
+	}
+	if err := s.appendToBuckets(ctx, msgs[:stored]); err != nil {
+		return err
+	}
+	if dup != nil {
+		return &DuplicateError{Index: stored, Err: dup}
+	}
+	return nil
+}
+
+// appendToBuckets appends msgs to their buckets, one append per run of messages of one bucket.
+// Only the writer that claimed a seq appends it, so an append needs no guard of its own.
+func (s *Store) appendToBuckets(ctx context.Context, msgs []Message) error {
+	var models []mongo.WriteModel
+	for start := 0; start < len(msgs); {
+		id := bucketID(msgs[start].ConversationID, bucketNumber(msgs[start].Seq))
+		end := start + 1
+		for end < len(msgs) && bucketID(msgs[end].ConversationID, bucketNumber(msgs[end].Seq)) == id {
+			end++
+		}
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(byID(id)).SetUpsert(true).SetUpdate(bson.D{
+			{Key: "$push", Value: bson.D{{Key: "messages", Value: bson.D{{Key: "$each", Value: msgs[start:end]}}}}},
+			{Key: "$setOnInsert", Value: bson.D{{Key: "conversationId", Value: msgs[start].ConversationID}}},
+		}))
+		start = end
+	}
+	if len(models) == 0 {
 		return nil
 	}
-	if i, ok := duplicateIndex(err); ok {
-		return &DuplicateError{Index: i, Err: err}
+	if err := bulkWrite(ctx, s.buckets, models, true); err != nil {
+		return fmt.Errorf("append %d messages: %w", len(msgs), err)
 	}
-	return fmt.Errorf("insert %d messages: %w", len(msgs), err)
+	return nil
 }
 
-// MessageByClientID finds the message a client sent with clientMsgID, or ErrNotFound.
+// MessageByClientID finds the message a client sent with clientMsgID, or ErrNotFound. A claim
+// whose message was never stored (its writer failed between the claim and the append, or lost
+// the seq) is released here, so that the client's next retry stores the message.
 func (s *Store) MessageByClientID(ctx context.Context, conversationID, clientMsgID string) (_ Message, err error) {
 	defer s.metrics.observe(opMessageByClientID, time.Now(), &err)
-	var m Message
-	err = decode(s.messages.FindOne(ctx, bson.D{
-		{Key: "conversationId", Value: conversationID},
-		{Key: "clientMsgId", Value: clientMsgID},
-	}), &m)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return Message{}, ErrNotFound
-	}
+	claim, err := findByID[claimDoc](ctx, s.claims, clientClaimID(conversationID, clientMsgID))
 	if err != nil {
-		return Message{}, fmt.Errorf("find message %s in %s: %w", clientMsgID, conversationID, err)
+		return Message{}, err
 	}
-	return m, nil
+	msgs, err := s.MessageRange(ctx, conversationID, claim.Seq, claim.Seq)
+	if err != nil {
+		return Message{}, err
+	}
+	if len(msgs) == 1 && msgs[0].ClientMsgID == clientMsgID {
+		return msgs[0], nil
+	}
+	if _, err := s.claims.DeleteOne(ctx, byID(claim.ID)); err != nil {
+		return Message{}, fmt.Errorf("release claim of %s in %s: %w", clientMsgID, conversationID, err)
+	}
+	return Message{}, ErrNotFound
 }
 
-// UpdateMessages writes the new states of changed messages (edits, reactions, tombstones) with
-// one bulk write of guarded updates. It returns ErrConflict when any of them matched nothing;
-// the others may have been written.
+// MessageRange returns the messages with from <= seq <= to in seq order: the buckets holding
+// them, each read by _id, whatever the depth.
+func (s *Store) MessageRange(ctx context.Context, conversationID string, from, to int64) (_ []Message, err error) {
+	defer s.metrics.observe(opMessageRange, time.Now(), &err)
+	msgs, err := s.bucketMessages(ctx, conversationID, from, to)
+	// A seq is stored once; should a failed writer's late append meet the tombstone that filled
+	// its hole, the first one written stands.
+	return slices.CompactFunc(msgs, func(a, b Message) bool { return a.Seq == b.Seq }), err
+}
+
+// bucketMessages returns every stored message with from <= seq <= to in seq order, copies of a
+// seq included, in the order they were written.
+func (s *Store) bucketMessages(ctx context.Context, conversationID string, from, to int64) ([]Message, error) {
+	from = max(from, 1)
+	if to < from {
+		return nil, nil
+	}
+	buckets, err := findEach[bucketDoc](ctx, s.buckets, bucketIDs(conversationID, from, to))
+	if err != nil {
+		return nil, fmt.Errorf("read messages %d..%d of %s: %w", from, to, conversationID, err)
+	}
+	var out []Message
+	for _, b := range buckets {
+		for _, m := range b.Messages {
+			if m.Seq >= from && m.Seq <= to {
+				out = append(out, m)
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Message) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, nil
+}
+
+// RecoverSeq returns the highest seq of a conversation that any writer has claimed, 0 when it
+// has none: what a new owner continues after. Seqs claimed but never stored (a writer failed
+// between its claim and its append, and never acknowledged them) become tombstones here, so the
+// sequence a client reads stays gapless; only the conversation's owner calls it.
+func (s *Store) RecoverSeq(ctx context.Context, conversationID string) (_ int64, err error) {
+	defer s.metrics.observe(opRecoverSeq, time.Now(), &err)
+	counters, err := findByID[counterDoc](ctx, s.counters, conversationID)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return 0, err
+	}
+	high, err := s.highestClaimed(ctx, conversationID, counters.LastSeq)
+	if err != nil {
+		return 0, err
+	}
+	return high, s.fillHoles(ctx, conversationID, counters.LastSeq, high)
+}
+
+// highestClaimed returns the highest claimed seq of a conversation, probing the claims after
+// from (a seq known to be claimed, or 0), pointReads at a time: the counters trail the claims by
+// a batch or two at most.
+func (s *Store) highestClaimed(ctx context.Context, conversationID string, from int64) (int64, error) {
+	high := from
+	for {
+		ids := make([]string, pointReads)
+		for i := range ids {
+			ids[i] = seqClaimID(conversationID, high+1+int64(i))
+		}
+		found, err := findEach[claimDoc](ctx, s.claims, ids)
+		if err != nil {
+			return 0, fmt.Errorf("find claimed seqs of %s: %w", conversationID, err)
+		}
+		for _, id := range ids {
+			if _, ok := found[id]; !ok {
+				return high, nil
+			}
+			high++
+		}
+	}
+}
+
+// fillHoles makes a tombstone of every seq in (from, to] that is claimed but not stored.
+func (s *Store) fillHoles(ctx context.Context, conversationID string, from, to int64) error {
+	if to <= from {
+		return nil
+	}
+	stored, err := s.MessageRange(ctx, conversationID, from+1, to)
+	if err != nil {
+		return err
+	}
+	present := make(map[int64]bool, len(stored))
+	for _, m := range stored {
+		present[m.Seq] = true
+	}
+	var holes []Message
+	var seqs []int64
+	for seq := from + 1; seq <= to; seq++ {
+		if !present[seq] {
+			holes = append(holes, Message{ConversationID: conversationID, Seq: seq, Kind: protocol.KindDeleted, CreatedAt: time.Now().UTC()})
+			seqs = append(seqs, seq)
+		}
+	}
+	if len(holes) == 0 {
+		return nil
+	}
+	if err := s.RecordDeleted(ctx, conversationID, seqs); err != nil {
+		return err
+	}
+	return s.appendToBuckets(ctx, holes)
+}
+
+// UpdateMessages writes the new states of changed messages (edits, reactions, tombstones): it
+// logs each change's version first (so a catch-up finds every stored change), then per bucket
+// reads it by _id and sets the messages whose stored version is still the update's PrevVersion
+// and that are not tombstones. It returns ErrConflict when any of them did not match; the others
+// may have been written. Only the conversation's owner changes its messages, one batch after
+// another, so the read and the write of a bucket meet no other writer.
 func (s *Store) UpdateMessages(ctx context.Context, updates []MessageUpdate) (err error) {
 	defer s.metrics.observe(opUpdateMessages, time.Now(), &err)
 	if len(updates) == 0 {
 		return nil
 	}
-	models := make([]mongo.WriteModel, len(updates))
-	for i, u := range updates {
-		models[i] = mongo.NewUpdateOneModel().SetFilter(guardedMessage(u)).SetUpdate(messageState(u.Message))
+	if err := s.logChanges(ctx, updates); err != nil {
+		return err
 	}
-	matched, err := bulkWriteMatched(ctx, s.messages, models)
+	byBucket := make(map[string][]Message)
+	var order []string
+	for _, u := range updates {
+		id := bucketID(u.Message.ConversationID, bucketNumber(u.Message.Seq))
+		if _, ok := byBucket[id]; !ok {
+			order = append(order, id)
+		}
+		byBucket[id] = append(byBucket[id], u.Message)
+	}
+	prev := make(map[string]int64, len(updates))
+	for _, u := range updates {
+		prev[seqClaimID(u.Message.ConversationID, u.Message.Seq)] = u.PrevVersion
+	}
+	buckets, err := findEach[bucketDoc](ctx, s.buckets, order)
 	if err != nil {
-		return fmt.Errorf("update %d messages: %w", len(updates), err)
+		return fmt.Errorf("read buckets of %d changed messages: %w", len(updates), err)
 	}
-	if matched < int64(len(updates)) {
-		return fmt.Errorf("update %d messages, %d matched: %w", len(updates), matched, ErrConflict)
+	conflicts := 0
+	var models []mongo.WriteModel
+	for _, id := range order {
+		set := bson.D{}
+		for _, m := range byBucket[id] {
+			i := slices.IndexFunc(buckets[id].Messages, func(stored Message) bool { return stored.Seq == m.Seq })
+			if i < 0 || buckets[id].Messages[i].Version != prev[seqClaimID(m.ConversationID, m.Seq)] ||
+				buckets[id].Messages[i].Kind == protocol.KindDeleted {
+				conflicts++
+				continue
+			}
+			set = append(set, bson.E{Key: fmt.Sprintf("messages.%d", i), Value: m})
+		}
+		if len(set) > 0 {
+			models = append(models, mongo.NewUpdateOneModel().SetFilter(byID(id)).SetUpdate(bson.D{{Key: "$set", Value: set}}))
+		}
+	}
+	if len(models) > 0 {
+		if err := bulkWrite(ctx, s.buckets, models, false); err != nil {
+			return fmt.Errorf("update %d messages: %w", len(updates), err)
+		}
+	}
+	if conflicts > 0 {
+		return fmt.Errorf("update %d messages, %d did not match: %w", len(updates), conflicts, ErrConflict)
 	}
 	return nil
 }
 
-// guardedMessage matches the message of u if it still has u's previous version and is not a
-// tombstone. A message never changed may have no version field at all.
-func guardedMessage(u MessageUpdate) bson.D {
-	version := any(u.PrevVersion)
-	if u.PrevVersion == 0 {
-		version = bson.D{{Key: "$in", Value: bson.A{nil, int64(0)}}}
-	}
-	return bson.D{
-		{Key: "conversationId", Value: u.Message.ConversationID},
-		{Key: "seq", Value: u.Message.Seq},
-		{Key: "version", Value: version},
-		{Key: "kind", Value: bson.D{{Key: "$ne", Value: protocol.KindDeleted}}},
-	}
-}
-
-// messageState is the update that gives a stored message m's changeable fields. A tombstone keeps
-// conversationId, seq, senderId, createdAt and clientMsgId (the sequence stays gapless and a
-// retried send still dedupes) and loses everything else.
-func messageState(m Message) bson.D {
-	set := bson.D{{Key: "kind", Value: m.Kind}, {Key: "body", Value: m.Body}, {Key: "version", Value: m.Version}}
-	var unset bson.D
-	keep := func(field string, value any, present bool) {
-		if present {
-			set = append(set, bson.E{Key: field, Value: value})
-		} else {
-			unset = append(unset, bson.E{Key: field, Value: ""})
+// logChanges appends each update's version and seq to its conversation's change log.
+func (s *Store) logChanges(ctx context.Context, updates []MessageUpdate) error {
+	var models []mongo.WriteModel
+	for _, u := range updates {
+		m := u.Message
+		if m.Version == 0 {
+			continue
 		}
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(byID(bucketID(m.ConversationID, bucketNumber(m.Version)))).
+			SetUpsert(true).
+			SetUpdate(bson.D{{Key: "$push", Value: bson.D{{Key: "changes", Value: changeEntry{Version: m.Version, Seq: m.Seq}}}}}))
 	}
-	keep("editedAt", m.EditedAt, m.EditedAt != nil)
-	keep("reactions", m.Reactions, len(m.Reactions) > 0)
-	keep("quote", m.Quote, m.Quote != nil)
-	keep("replyTo", m.ReplyTo, m.ReplyTo != 0)
-	update := bson.D{{Key: "$set", Value: set}}
-	if len(unset) > 0 {
-		update = append(update, bson.E{Key: "$unset", Value: unset})
+	if len(models) == 0 {
+		return nil
 	}
-	return update
+	if err := bulkWrite(ctx, s.changes, models, true); err != nil {
+		return fmt.Errorf("log %d changes: %w", len(models), err)
+	}
+	return nil
 }
 
 // ChangedMessages returns up to limit messages of a conversation changed after version
 // afterVersion, with seq at most maxSeq, in version order: what a reconnecting client that holds
-// the messages up to maxSeq has missed. One range scan on {conversationId, version}.
+// the messages up to maxSeq has missed. It walks the change log from afterVersion by _id, one
+// bucket of changes at a time, and keeps a message at the change that made its current state.
 func (s *Store) ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) (_ []Message, err error) {
 	defer s.metrics.observe(opChangedMessages, time.Now(), &err)
-	filter := bson.D{
-		{Key: "conversationId", Value: conversationID},
-		{Key: "version", Value: bson.D{{Key: "$gt", Value: afterVersion}}},
-		{Key: "seq", Value: bson.D{{Key: "$lte", Value: maxSeq}}},
-	}
-	cur, err := s.messages.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "version", Value: 1}}).SetLimit(int64(limit)))
-	if err != nil {
-		return nil, fmt.Errorf("find messages of %s changed after %d: %w", conversationID, afterVersion, err)
+	counters, err := findByID[counterDoc](ctx, s.counters, conversationID)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
 	}
 	var out []Message
-	if err := readAll(ctx, cur, &out); err != nil {
-		return nil, fmt.Errorf("read messages of %s changed after %d: %w", conversationID, afterVersion, err)
+	for n := bucketNumber(afterVersion + 1); len(out) < limit; n++ {
+		log, err := findByID[changeDoc](ctx, s.changes, bucketID(conversationID, n))
+		if errors.Is(err, ErrNotFound) && n <= bucketNumber(counters.LastVersion) {
+			continue // versions of changes whose write failed: none of them stored
+		}
+		if errors.Is(err, ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		changes := slices.DeleteFunc(log.Changes, func(c changeEntry) bool { return c.Version <= afterVersion || c.Seq > maxSeq })
+		slices.SortFunc(changes, func(a, b changeEntry) int { return cmp.Compare(a.Version, b.Version) })
+		current, err := s.messagesAt(ctx, conversationID, changes)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range changes {
+			if m, ok := current[c.Seq]; ok && m.Version == c.Version && len(out) < limit {
+				out = append(out, m)
+			}
+		}
 	}
 	return out, nil
 }
 
-// HighestSeq returns the largest stored seq of a conversation, 0 when it has no messages.
-func (s *Store) HighestSeq(ctx context.Context, conversationID string) (_ int64, err error) {
-	defer s.metrics.observe(opHighestSeq, time.Now(), &err)
-	var m struct {
-		Seq int64 `bson:"seq"`
+// messagesAt reads the messages the changes are of, by seq.
+func (s *Store) messagesAt(ctx context.Context, conversationID string, changes []changeEntry) (map[int64]Message, error) {
+	var ids []string
+	seen := make(map[string]bool)
+	for _, c := range changes {
+		if id := bucketID(conversationID, bucketNumber(c.Seq)); !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
 	}
-	err = decode(s.messages.FindOne(ctx,
-		bson.D{{Key: "conversationId", Value: conversationID}},
-		options.FindOne().SetSort(bson.D{{Key: "seq", Value: -1}}).SetProjection(bson.D{{Key: "seq", Value: 1}}),
-	), &m)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, nil
-	}
+	buckets, err := findEach[bucketDoc](ctx, s.buckets, ids)
 	if err != nil {
-		return 0, fmt.Errorf("find highest seq of %s: %w", conversationID, err)
+		return nil, fmt.Errorf("read changed messages of %s: %w", conversationID, err)
 	}
-	return m.Seq, nil
-}
-
-// MessageRange returns the messages with from <= seq <= to in seq order: one bounded range scan
-// on the {conversationId, seq} index, whatever the depth.
-func (s *Store) MessageRange(ctx context.Context, conversationID string, from, to int64) (_ []Message, err error) {
-	defer s.metrics.observe(opMessageRange, time.Now(), &err)
-	if to < from {
-		return nil, nil
-	}
-	filter, opts := rangeQuery(conversationID, from, to)
-	cur, err := s.messages.Find(ctx, filter, opts)
-	if err != nil {
-		return nil, fmt.Errorf("find messages %d..%d of %s: %w", from, to, conversationID, err)
-	}
-	var out []Message
-	if err := readAll(ctx, cur, &out); err != nil {
-		return nil, fmt.Errorf("read messages %d..%d of %s: %w", from, to, conversationID, err)
+	out := make(map[int64]Message)
+	for _, b := range buckets {
+		for _, m := range b.Messages {
+			if _, ok := out[m.Seq]; !ok {
+				out[m.Seq] = m
+			}
+		}
 	}
 	return out, nil
 }
 
-func rangeQuery(conversationID string, from, to int64) (bson.D, *options.FindOptionsBuilder) {
-	filter := bson.D{
-		{Key: "conversationId", Value: conversationID},
-		{Key: "seq", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lte", Value: to}}},
-	}
-	return filter, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}).SetLimit(to - from + 1)
+// ExplainMessagePage asks the server how it reads the first bucket of a page of messages, with
+// execution statistics, so operators and tests can check that a page is an _id lookup.
+func (s *Store) ExplainMessagePage(ctx context.Context, conversationID string, from int64) (_ bson.Raw, err error) {
+	defer s.metrics.observe(opExplainMessagePage, time.Now(), &err)
+	return explainFind(ctx, s.buckets, byID(bucketID(conversationID, bucketNumber(from))))
 }
 
-// ExplainMessageRange asks the server how it runs the MessageRange query, with execution
-// statistics, so operators and tests can check that a page is an index scan of about its size.
-func (s *Store) ExplainMessageRange(ctx context.Context, conversationID string, from, to int64) (_ bson.Raw, err error) {
-	defer s.metrics.observe(opExplainMessageRange, time.Now(), &err)
-	filter, _ := rangeQuery(conversationID, from, to)
+// explainFind explains a find of filter on coll with execution statistics.
+func explainFind(ctx context.Context, coll *mongo.Collection, filter bson.D) (bson.Raw, error) {
 	cmd := bson.D{
-		{Key: "explain", Value: bson.D{
-			{Key: "find", Value: s.messages.Name()},
-			{Key: "filter", Value: filter},
-			{Key: "sort", Value: bson.D{{Key: "seq", Value: 1}}},
-			{Key: "limit", Value: to - from + 1},
-		}},
+		{Key: "explain", Value: bson.D{{Key: "find", Value: coll.Name()}, {Key: "filter", Value: filter}}},
 		{Key: "verbosity", Value: "executionStats"},
 	}
-	res, err := s.messages.Database().RunCommand(ctx, cmd).Raw()
+	res, err := coll.Database().RunCommand(ctx, cmd).Raw()
 	if err != nil {
-		return nil, fmt.Errorf("explain messages %d..%d of %s: %w", from, to, conversationID, err)
+		return nil, fmt.Errorf("explain find on %s: %w", coll.Name(), err)
 	}
 	return res, nil
 }

@@ -19,13 +19,16 @@ import (
 
 // Collection names.
 const (
-	messagesCollection      = "messages"
-	conversationsCollection = "conversations"
-	countersCollection      = "conversationCounters"
-	cursorsCollection       = "readCursors"
-	usersCollection         = "users"
-	blocksCollection        = "blocks"
-	presenceCollection      = "presence"
+	bucketsCollection        = "messageBuckets"
+	claimsCollection         = "messageClaims"
+	changesCollection        = "messageChanges"
+	legacyMessagesCollection = "messages"
+	conversationsCollection  = "conversations"
+	countersCollection       = "conversationCounters"
+	cursorsCollection        = "readCursors"
+	usersCollection          = "users"
+	blocksCollection         = "blocks"
+	presenceCollection       = "presence"
 )
 
 // DefaultOperationTimeout bounds one store round trip when the caller's context has no earlier
@@ -80,15 +83,20 @@ func (c Config) Validate() error {
 
 // Store is the chat data in MongoDB.
 type Store struct {
-	client        *mongo.Client
-	messages      *mongo.Collection
-	conversations *mongo.Collection
-	counters      *mongo.Collection
-	cursors       *mongo.Collection
-	users         *mongo.Collection
-	blocks        *mongo.Collection
-	presence      *mongo.Collection
-	metrics       *Metrics
+	client  *mongo.Client
+	buckets *mongo.Collection
+	claims  *mongo.Collection
+	changes *mongo.Collection
+	// legacyMessages is the layout before buckets, one document per message: read only by
+	// Backfill and Migrate (legacy.go).
+	legacyMessages *mongo.Collection
+	conversations  *mongo.Collection
+	counters       *mongo.Collection
+	cursors        *mongo.Collection
+	users          *mongo.Collection
+	blocks         *mongo.Collection
+	presence       *mongo.Collection
+	metrics        *Metrics
 }
 
 // Open connects, checks the connection and makes sure the indexes exist.
@@ -114,15 +122,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	db := client.Database(cfg.Database)
 	s := &Store{
-		client:        client,
-		messages:      db.Collection(messagesCollection),
-		conversations: db.Collection(conversationsCollection),
-		counters:      db.Collection(countersCollection),
-		cursors:       db.Collection(cursorsCollection),
-		users:         db.Collection(usersCollection),
-		blocks:        db.Collection(blocksCollection),
-		presence:      db.Collection(presenceCollection),
-		metrics:       cfg.Metrics,
+		client:         client,
+		buckets:        db.Collection(bucketsCollection),
+		claims:         db.Collection(claimsCollection),
+		changes:        db.Collection(changesCollection),
+		legacyMessages: db.Collection(legacyMessagesCollection),
+		conversations:  db.Collection(conversationsCollection),
+		counters:       db.Collection(countersCollection),
+		cursors:        db.Collection(cursorsCollection),
+		users:          db.Collection(usersCollection),
+		blocks:         db.Collection(blocksCollection),
+		presence:       db.Collection(presenceCollection),
+		metrics:        cfg.Metrics,
 	}
 	if cfg.SkipIndexes {
 		return s, nil
@@ -158,12 +169,10 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		keys   bson.D
 		unique bool
 	}{
-		// The sequence itself: one message per seq per conversation. This fences a stale owner.
-		{s.messages, "conversation_seq", bson.D{{Key: "conversationId", Value: 1}, {Key: "seq", Value: 1}}, true},
-		// Idempotent sends: a retried clientMsgId cannot be stored twice.
-		{s.messages, "conversation_client_msg", bson.D{{Key: "conversationId", Value: 1}, {Key: "clientMsgId", Value: 1}}, true},
-		// A reconnecting client's catch-up on edits, reactions and deletions (ChangedMessages).
-		{s.messages, "conversation_version", bson.D{{Key: "conversationId", Value: 1}, {Key: "version", Value: 1}}, false},
+		// Messages, claims and the change log are read by _id only (buckets.go); these serve the
+		// removal of a deleted DM's documents.
+		{s.buckets, "conversation", bson.D{{Key: "conversationId", Value: 1}}, false},
+		{s.claims, "conversation", bson.D{{Key: "conversationId", Value: 1}}, false},
 		{s.conversations, "members", bson.D{{Key: "members", Value: 1}}, false},
 		{s.cursors, "user_conversation", bson.D{{Key: "userId", Value: 1}, {Key: "conversationId", Value: 1}}, true},
 		// Receipts count the cursors of one conversation at or past a seq.
