@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -93,12 +94,13 @@ type DeletedAccount struct {
 
 // DeleteAccount removes a user: their DMs and the DMs' messages, their membership in groups
 // (where their messages become tombstones without a sender, so the others' sequence stays
-// gapless), their cursors, the blocks they made and those of them, and the account itself. Every
-// step is idempotent, so a failed deletion is finished by running it again.
+// gapless), their cursors, the blocks they made and those of them, their presence, their
+// memberships (and each removed DM's in its peer's), and the account itself. Every step is
+// idempotent, so a failed deletion is finished by running it again.
 func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAccount, err error) {
 	defer s.metrics.observe(opDeleteAccount, time.Now(), &err)
 	var out DeletedAccount
-	convs, err := s.ConversationsOf(ctx, userID)
+	convs, err := s.conversationsWithMember(ctx, userID)
 	if err != nil {
 		return out, err
 	}
@@ -115,6 +117,10 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 			}
 			if _, err := s.conversations.DeleteOne(ctx, bson.D{{Key: "_id", Value: c.ID}}); err != nil {
 				return out, fmt.Errorf("delete dm %s: %w", c.ID, err)
+			}
+			peers := slices.DeleteFunc(slices.Clone(c.Members), func(m string) bool { return m == userID })
+			if err := s.removeMemberships(ctx, c.ID, peers...); err != nil {
+				return out, err
 			}
 			out.DMs = append(out.DMs, c)
 			continue
@@ -153,6 +159,12 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 	}
 	if _, err := s.presence.DeleteMany(ctx, bson.D{{Key: "userId", Value: userID}}); err != nil {
 		return out, fmt.Errorf("delete presence of %s: %w", userID, err)
+	}
+	// After the conversations and the presence records they index are gone.
+	for _, x := range []*userIndex{s.memberships, s.presenceNodes} {
+		if err := x.drop(ctx, userID); err != nil {
+			return out, err
+		}
 	}
 	// Previews of the account's messages go with them, in the counter documents and in the
 	// conversations that predate those.
