@@ -83,11 +83,17 @@ func (s *Store) RecordPresence(ctx context.Context, node string, online, offline
 		}
 		maps.Copy(named, read)
 	}
+	nodes := make(map[string][]string, len(named))
+	for _, uid := range online {
+		// This node's own records of them were just written, and only this node's writer
+		// writes them: no need to read them back.
+		nodes[uid] = []string{node}
+		named[uid] = slices.DeleteFunc(named[uid], func(n string) bool { return n == node })
+	}
 	docs, err := s.presenceRecords(ctx, named)
 	if err != nil {
 		return nil, err
 	}
-	nodes := make(map[string][]string, len(named))
 	for _, d := range docs {
 		nodes[d.UserID] = append(nodes[d.UserID], d.Node)
 	}
