@@ -72,7 +72,11 @@ func TestBackfillIsResumableAndIdempotent(t *testing.T) {
 	if err := s.InsertMessages(ctx, []storage.Message{dup}); !errors.As(err, &de) {
 		t.Fatalf("insert at a taken seq after backfill: %v; want a duplicate", err)
 	}
-	// Members got read cursors, so their reads are kept.
+	// Members got read cursors, so their reads are kept; a legacy store has no memberships until
+	// the migration rebuilds them, and a connect finds the cursors through them.
+	if err := s.RebuildMemberships(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if cursors, err := s.CursorsOf(ctx, "ben"); err != nil || len(cursors) != len(sizes) {
 		t.Fatalf("ben's cursors after backfill: %d, %v", len(cursors), err)
 	}

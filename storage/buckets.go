@@ -1,13 +1,9 @@
 package storage
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // The layout of messages. The embedded store (FerretDB v1 on SQLite) answers exactly one filter
@@ -83,58 +79,6 @@ type changeEntry struct {
 type changeDoc struct {
 	ID      string        `bson:"_id"`
 	Changes []changeEntry `bson:"changes"`
-}
-
-// pointReads bounds the _id lookups one call runs at once: enough to hide round trips, few
-// enough that one call cannot take every connection of the pool.
-const pointReads = 16
-
-// findEach reads the documents with the given _ids, each with its own {_id: value} lookup (the
-// filter the embedded store answers from its primary key; $in would read the whole collection
-// there), pointReads at a time. Missing documents are left out of the result.
-func findEach[T any](ctx context.Context, coll *mongo.Collection, ids []string) (map[string]T, error) {
-	out := make(map[string]T, len(ids))
-	if len(ids) == 1 { // the common case: no goroutine
-		doc, err := findByID[T](ctx, coll, ids[0])
-		if errors.Is(err, ErrNotFound) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[ids[0]] = doc
-		return out, nil
-	}
-	var (
-		mu       sync.Mutex
-		firstErr error
-		wg       sync.WaitGroup
-		slots    = make(chan struct{}, pointReads)
-	)
-	for _, id := range ids {
-		slots <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			doc, err := findByID[T](ctx, coll, id)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case errors.Is(err, ErrNotFound):
-			case err != nil:
-				if firstErr == nil {
-					firstErr = err
-				}
-			default:
-				out[id] = doc
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	return out, nil
 }
 
 // byID is the filter of one document: the one the embedded store answers from its index.

@@ -49,7 +49,8 @@ type migrationDoc struct {
 // in _id order (0 means DefaultMigrateGroup), and raises each conversation's counters to what
 // it moved. Every write is by _id and idempotent (a bucket or a change-log document is replaced
 // whole, a claim that exists is kept), and the last conversation of each finished step is
-// recorded, so an interrupted run resumes after it and a finished one does nothing. The old
+// recorded, so an interrupted run resumes after it and a finished one moves nothing. Then it
+// builds the user-keyed lists a connect reads (memberships, block lists, presence nodes). The old
 // collection is left as it was: drop it once `chatctl audit` passes. progress may be nil.
 func (s *Store) Migrate(ctx context.Context, group int, progress func(MigrateProgress)) (err error) {
 	defer s.metrics.observe(opMigrate, time.Now(), &err)
@@ -84,6 +85,13 @@ func (s *Store) Migrate(ctx context.Context, group int, progress func(MigratePro
 		report.After, report.Done = state.After, state.Done
 		if progress != nil {
 			progress(report)
+		}
+	}
+	// The user-keyed lists a connect reads (userindex.go) are built from their truths; each
+	// rebuild only adds, so running it again, or on a live store, is safe.
+	for _, rebuild := range []func(context.Context) error{s.RebuildMemberships, s.RebuildBlockLists, s.RebuildPresenceNodes} {
+		if err := rebuild(ctx); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -54,6 +54,11 @@ func TestMigrateMovesEveryMessageOnceAndResumes(t *testing.T) {
 		}
 	}
 
+	// A store written before the user-keyed lists has none.
+	if err := db.Collection("memberships").Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
 	interrupted, stop := context.WithCancel(ctx)
 	err := s.Migrate(interrupted, 1, func(storage.MigrateProgress) { stop() })
 	if !errors.Is(err, context.Canceled) {
@@ -100,6 +105,9 @@ func TestMigrateMovesEveryMessageOnceAndResumes(t *testing.T) {
 	var dup *storage.DuplicateError
 	if err := s.InsertMessages(ctx, []storage.Message{msg("a-big", 150)}); !errors.As(err, &dup) {
 		t.Fatalf("a write at a migrated seq: %v; want refused", err)
+	}
+	if convs, err := s.ConversationsOf(ctx, "ben"); err != nil || len(convs) != len(sizes) {
+		t.Fatalf("ben's conversations after the migration: %d, %v; want %d", len(convs), err, len(sizes))
 	}
 	var none bson.M
 	if err := db.Collection("migrations").FindOne(ctx, bson.D{{Key: "_id", Value: "message-buckets"}, {Key: "done", Value: true}}).Decode(&none); err != nil {

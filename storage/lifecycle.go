@@ -55,12 +55,14 @@ type DeletedAccount struct {
 }
 
 // DeleteAccount removes a user: their DMs and the DMs' messages, their membership in groups
-// (whose owners have made the user's messages tombstones first, TombstoneSender), their cursors, the blocks they made and those of them, and the account itself. Every
-// step is idempotent, so a failed deletion is finished by running it again.
+// (whose owners have made the user's messages tombstones first, TombstoneSender), their
+// cursors, the blocks they made and those of them, their presence, their memberships (and each
+// removed DM's in its peer's), and the account itself. Every step is idempotent, so a failed
+// deletion is finished by running it again.
 func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAccount, err error) {
 	defer s.metrics.observe(opDeleteAccount, time.Now(), &err)
 	var out DeletedAccount
-	convs, err := s.ConversationsOf(ctx, userID)
+	convs, err := s.conversationsWithMember(ctx, userID)
 	if err != nil {
 		return out, err
 	}
@@ -78,6 +80,10 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 			if _, err := s.conversations.DeleteOne(ctx, byID(c.ID)); err != nil {
 				return out, fmt.Errorf("delete dm %s: %w", c.ID, err)
 			}
+			peers := slices.DeleteFunc(slices.Clone(c.Members), func(m string) bool { return m == userID })
+			if err := s.removeMemberships(ctx, c.ID, peers...); err != nil {
+				return out, err
+			}
 			out.DMs = append(out.DMs, c)
 			continue
 		}
@@ -94,6 +100,12 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 	}
 	if _, err := s.presence.DeleteMany(ctx, bson.D{{Key: "userId", Value: userID}}); err != nil {
 		return out, fmt.Errorf("delete presence of %s: %w", userID, err)
+	}
+	// After the conversations and the presence records they index are gone.
+	for _, x := range []*userIndex{s.memberships, s.presenceNodes} {
+		if err := x.drop(ctx, userID); err != nil {
+			return out, err
+		}
 	}
 	// Previews of the account's messages go with them, in the counter documents and in the
 	// conversations that predate those.
@@ -124,7 +136,7 @@ func (s *Store) TombstoneSender(ctx context.Context, conversationID string, last
 	if lastSeq == 0 {
 		return nil, nil
 	}
-	buckets, err := findEach[bucketDoc](ctx, s.buckets, bucketIDs(conversationID, 1, lastSeq))
+	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, bucketIDs(conversationID, 1, lastSeq))
 	if err != nil {
 		return nil, fmt.Errorf("read messages of %s: %w", conversationID, err)
 	}
@@ -160,7 +172,7 @@ func (s *Store) TombstoneSender(ctx context.Context, conversationID string, last
 // deleteMessagesOf removes every message of conversation c with its claims and its change log,
 // each document by _id.
 func (s *Store) deleteMessagesOf(ctx context.Context, c Conversation) error {
-	buckets, err := findEach[bucketDoc](ctx, s.buckets, bucketIDs(c.ID, 1, c.LastSeq))
+	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, bucketIDs(c.ID, 1, c.LastSeq))
 	if err != nil {
 		return fmt.Errorf("read messages of %s: %w", c.ID, err)
 	}

@@ -172,7 +172,7 @@ func (s *Store) bucketMessages(ctx context.Context, conversationID string, from,
 	if to < from {
 		return nil, nil
 	}
-	buckets, err := findEach[bucketDoc](ctx, s.buckets, bucketIDs(conversationID, from, to))
+	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, bucketIDs(conversationID, from, to))
 	if err != nil {
 		return nil, fmt.Errorf("read messages %d..%d of %s: %w", from, to, conversationID, err)
 	}
@@ -206,16 +206,16 @@ func (s *Store) RecoverSeq(ctx context.Context, conversationID string) (_ int64,
 }
 
 // highestClaimed returns the highest claimed seq of a conversation, probing the claims after
-// from (a seq known to be claimed, or 0), pointReads at a time: the counters trail the claims by
+// from (a seq known to be claimed, or 0), maxConcurrentReads at a time: the counters trail the claims by
 // a batch or two at most.
 func (s *Store) highestClaimed(ctx context.Context, conversationID string, from int64) (int64, error) {
 	high := from
 	for {
-		ids := make([]string, pointReads)
+		ids := make([]string, maxConcurrentReads)
 		for i := range ids {
 			ids[i] = seqClaimID(conversationID, high+1+int64(i))
 		}
-		found, err := findEach[claimDoc](ctx, s.claims, ids)
+		found, err := findByIDs[claimDoc](ctx, s.claims, ids)
 		if err != nil {
 			return 0, fmt.Errorf("find claimed seqs of %s: %w", conversationID, err)
 		}
@@ -285,7 +285,7 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []MessageUpdate) (er
 	for _, u := range updates {
 		prev[seqClaimID(u.Message.ConversationID, u.Message.Seq)] = u.PrevVersion
 	}
-	buckets, err := findEach[bucketDoc](ctx, s.buckets, order)
+	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, order)
 	if err != nil {
 		return fmt.Errorf("read buckets of %d changed messages: %w", len(updates), err)
 	}
@@ -385,7 +385,7 @@ func (s *Store) messagesAt(ctx context.Context, conversationID string, changes [
 			ids = append(ids, id)
 		}
 	}
-	buckets, err := findEach[bucketDoc](ctx, s.buckets, ids)
+	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read changed messages of %s: %w", conversationID, err)
 	}
