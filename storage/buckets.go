@@ -12,11 +12,12 @@ import (
 // lookups, at any depth and on both stores:
 //   - messageBuckets: the messages of a conversation, BucketSize to a document, whose _id is
 //     the conversation and the bucket's number (bucketID). A page is one or two buckets.
-//   - messageClaims: one small document per seq (seqClaimID) and one per client message id
-//     (clientClaimID), inserted before the messages go into their bucket. An insert is the one
-//     write both stores make atomic (FerretDB v1's updates are read-modify-write), so the seq
-//     claim is the fence a stale owner cannot pass, and the client claim makes a retried send
-//     find its message by _id.
+//   - messageClaims: one document per seq (seqClaimID), holding the message as first stored, and
+//     one per client message id (clientClaimID), inserted before the messages go into their
+//     bucket. An insert is the one write both stores make atomic (FerretDB v1's updates are
+//     read-modify-write), so the seq claim is the fence a stale owner cannot pass and the durable
+//     record of the message until its append, and the client claim makes a retried send find
+//     its message by _id.
 //   - messageChanges: the conversation's change numbers (versions) in order, BucketSize to a
 //     document, each with the seq it changed, so a reconnecting client's catch-up on edits reads
 //     the changes after its version by _id.
@@ -52,11 +53,14 @@ type bucketDoc struct {
 	Messages       []Message `bson:"messages"`
 }
 
-// claimDoc takes a seq, or a client message id, of a conversation: Seq is the seq taken.
+// claimDoc takes a seq, or a client message id, of a conversation: Seq is the seq taken. A seq's
+// claim holds its message as first stored, so that a writer that fails between its claims and
+// its append loses nothing (RecoverSeq appends it from here).
 type claimDoc struct {
-	ID             string `bson:"_id"`
-	ConversationID string `bson:"conversationId"`
-	Seq            int64  `bson:"seq"`
+	ID             string   `bson:"_id"`
+	ConversationID string   `bson:"conversationId"`
+	Seq            int64    `bson:"seq"`
+	Message        *Message `bson:"message,omitempty"`
 }
 
 // seqClaimID is the _id of the claim of seq; clientClaimID that of a client message id. A seq

@@ -95,30 +95,40 @@ func TestRetriedSendFindsItsMessage(t *testing.T) {
 	}
 }
 
-// TestFailedWriterLeavesNoHole: a writer that claimed seqs and failed before storing them (it
-// never acknowledged them) leaves tombstones in their place once a new owner recovers, so the
-// conversation pages gaplessly and counts them deleted; a retry of one of those sends is stored
-// anew.
-func TestFailedWriterLeavesNoHole(t *testing.T) {
+// TestFailedWriterLosesNothing: a writer that claimed seqs and failed before appending the
+// messages to their bucket (killed between its two writes) loses nothing: the retried send finds
+// its message under the claimed seq, and a new owner appends it from its claim, so the
+// conversation pages gaplessly with the message in place. A claim that holds no message (a store
+// edited by hand) becomes a tombstone, counted deleted.
+func TestFailedWriterLosesNothing(t *testing.T) {
 	cfg := testenv.StoreConfig(t)
 	s := testenv.OpenStore(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.InsertMessages(ctx, []storage.Message{msg("c", 1), msg("c", 2)}); err != nil {
+	if _, err := s.EnsureConversation(ctx, storage.Conversation{ID: "c", Kind: storage.KindGroup, Members: []string{"alice"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.EnsureConversation(ctx, storage.Conversation{ID: "c", Kind: storage.KindGroup, Members: []string{"alice"}}); err != nil {
+	if err := s.InsertMessages(ctx, []storage.Message{msg("c", 1), msg("c", 2)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.AdvanceCounters(ctx, map[string]storage.Counters{"c": {LastSeq: 2}}); err != nil {
 		t.Fatal(err)
 	}
+	// Seq 3's claims, as InsertMessages writes them, and no append; seq 4 claimed bare.
 	lost := msg("c", 3)
+	lost.Body = "claimed, never appended"
 	claims := testenv.Database(t, cfg).Collection("messageClaims")
-	for _, id := range []string{"c/000000000003", "c/000000000004", "c/" + lost.ClientMsgID} {
-		if _, err := claims.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "conversationId", Value: "c"}, {Key: "seq", Value: int64(3)}}); err != nil {
+	for _, doc := range []bson.D{
+		{{Key: "_id", Value: "c/" + lost.ClientMsgID}, {Key: "conversationId", Value: "c"}, {Key: "seq", Value: int64(3)}},
+		{{Key: "_id", Value: "c/000000000003"}, {Key: "conversationId", Value: "c"}, {Key: "seq", Value: int64(3)}, {Key: "message", Value: lost}},
+		{{Key: "_id", Value: "c/000000000004"}, {Key: "conversationId", Value: "c"}, {Key: "seq", Value: int64(4)}},
+	} {
+		if _, err := claims.InsertOne(ctx, doc); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if found, err := s.MessageByClientID(ctx, "c", lost.ClientMsgID); err != nil || found.Seq != 3 || found.Body != lost.Body {
+		t.Fatalf("the retried send finds seq %d %q, %v; want its message at 3", found.Seq, found.Body, err)
 	}
 	high, err := s.RecoverSeq(ctx, "c")
 	if err != nil || high != 4 {
@@ -128,19 +138,18 @@ func TestFailedWriterLeavesNoHole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := seqsOf(page); !slices.Equal(got, []int64{1, 2, 3, 4}) || page[2].Kind != protocol.KindDeleted || page[3].Kind != protocol.KindDeleted {
-		t.Fatalf("page %v (%s, %s); want 1..4 with tombstones at 3 and 4", got, page[2].Kind, page[3].Kind)
+	if got := seqsOf(page); !slices.Equal(got, []int64{1, 2, 3, 4}) || page[2].Body != lost.Body || page[3].Kind != protocol.KindDeleted {
+		t.Fatalf("page %v (%q, %s); want 1..4 with the claimed message at 3 and a tombstone at 4", got, page[2].Body, page[3].Kind)
 	}
 	conv, err := s.Conversation(ctx, "c")
-	if err != nil || !slices.Equal(conv.DeletedSeqs, []int64{3, 4}) {
-		t.Fatalf("deleted seqs %v, %v; want [3 4]", conv.DeletedSeqs, err)
+	if err != nil || !slices.Equal(conv.DeletedSeqs, []int64{4}) {
+		t.Fatalf("deleted seqs %v, %v; want [4]", conv.DeletedSeqs, err)
 	}
-	if _, err := s.MessageByClientID(ctx, "c", lost.ClientMsgID); !errors.Is(err, storage.ErrNotFound) {
-		t.Fatalf("the lost send is found: %v", err)
+	if again, err := s.RecoverSeq(ctx, "c"); err != nil || again != 4 {
+		t.Fatalf("a second recovery: %d, %v", again, err)
 	}
-	lost.Seq = 5
-	if err := s.InsertMessages(ctx, []storage.Message{lost}); err != nil {
-		t.Fatalf("the retry of the lost send: %v", err)
+	if page, err := s.MessageRange(ctx, "c", 1, 10); err != nil || len(page) != 4 {
+		t.Fatalf("after a second recovery: %d messages, %v; want 4", len(page), err)
 	}
 }
 

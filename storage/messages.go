@@ -80,7 +80,7 @@ func (s *Store) InsertMessages(ctx context.Context, msgs []Message) (err error) 
 	for _, m := range msgs {
 		claims = append(claims,
 			claimDoc{ID: clientClaimID(m.ConversationID, m.ClientMsgID), ConversationID: m.ConversationID, Seq: m.Seq},
-			claimDoc{ID: seqClaimID(m.ConversationID, m.Seq), ConversationID: m.ConversationID, Seq: m.Seq})
+			claimDoc{ID: seqClaimID(m.ConversationID, m.Seq), ConversationID: m.ConversationID, Seq: m.Seq, Message: &m})
 	}
 	stored := len(msgs)
 	var dup error
@@ -149,6 +149,17 @@ func (s *Store) MessageByClientID(ctx context.Context, conversationID, clientMsg
 	if len(msgs) == 1 && msgs[0].ClientMsgID == clientMsgID {
 		return msgs[0], nil
 	}
+	// Not in its bucket: its writer may have failed after the claims; the seq's claim holds the
+	// message, which RecoverSeq appends.
+	if len(msgs) == 0 {
+		taken, err := findByID[claimDoc](ctx, s.claims, seqClaimID(conversationID, claim.Seq))
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return Message{}, err
+		}
+		if taken.Message != nil && taken.Message.ClientMsgID == clientMsgID {
+			return *taken.Message, nil
+		}
+	}
 	if _, err := s.claims.DeleteOne(ctx, byID(claim.ID)); err != nil {
 		return Message{}, fmt.Errorf("release claim of %s in %s: %w", clientMsgID, conversationID, err)
 	}
@@ -189,27 +200,36 @@ func (s *Store) bucketMessages(ctx context.Context, conversationID string, from,
 }
 
 // RecoverSeq returns the highest seq of a conversation that any writer has claimed, 0 when it
-// has none: what a new owner continues after. Seqs claimed but never stored (a writer failed
-// between its claim and its append, and never acknowledged them) become tombstones here, so the
-// sequence a client reads stays gapless; only the conversation's owner calls it.
+// has none: what a new owner continues after. A message whose seq is claimed but that is not in
+// its bucket (its writer failed between the claim and the append) is appended here from its
+// claim, which holds it: it is stored, and a retry of its send finds it under that seq. Only the
+// conversation's owner calls it.
 func (s *Store) RecoverSeq(ctx context.Context, conversationID string) (_ int64, err error) {
 	defer s.metrics.observe(opRecoverSeq, time.Now(), &err)
 	counters, err := findByID[counterDoc](ctx, s.counters, conversationID)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return 0, err
 	}
-	high, err := s.highestClaimed(ctx, conversationID, counters.LastSeq)
+	high, claims, err := s.claimsAfter(ctx, conversationID, counters.LastSeq)
 	if err != nil {
 		return 0, err
 	}
-	return high, s.fillHoles(ctx, conversationID, counters.LastSeq, high)
+	return high, s.restoreClaimed(ctx, conversationID, counters.LastSeq, claims)
 }
 
-// highestClaimed returns the highest claimed seq of a conversation, probing the claims after
-// from (a seq known to be claimed, or 0), maxConcurrentReads at a time: the counters trail the claims by
-// a batch or two at most.
+// highestClaimed returns the highest claimed seq of a conversation at or after from (a seq known
+// to be claimed, or 0).
 func (s *Store) highestClaimed(ctx context.Context, conversationID string, from int64) (int64, error) {
+	high, _, err := s.claimsAfter(ctx, conversationID, from)
+	return high, err
+}
+
+// claimsAfter reads the seq claims of a conversation after from (a seq known to be claimed, or
+// 0), maxConcurrentReads at a time, up to the first seq not claimed: the counters trail the
+// claims by a batch or two at most. It returns the highest claimed seq and those claims.
+func (s *Store) claimsAfter(ctx context.Context, conversationID string, from int64) (int64, []claimDoc, error) {
 	high := from
+	var claims []claimDoc
 	for {
 		ids := make([]string, maxConcurrentReads)
 		for i := range ids {
@@ -217,23 +237,27 @@ func (s *Store) highestClaimed(ctx context.Context, conversationID string, from 
 		}
 		found, err := findByIDs[claimDoc](ctx, s.claims, ids)
 		if err != nil {
-			return 0, fmt.Errorf("find claimed seqs of %s: %w", conversationID, err)
+			return 0, nil, fmt.Errorf("find claimed seqs of %s: %w", conversationID, err)
 		}
 		for _, id := range ids {
-			if _, ok := found[id]; !ok {
-				return high, nil
+			c, ok := found[id]
+			if !ok {
+				return high, claims, nil
 			}
+			claims = append(claims, c)
 			high++
 		}
 	}
 }
 
-// fillHoles makes a tombstone of every seq in (from, to] that is claimed but not stored.
-func (s *Store) fillHoles(ctx context.Context, conversationID string, from, to int64) error {
-	if to <= from {
+// restoreClaimed appends every claimed message after seq from that is not in its bucket, from
+// its claim. A claim without its message (none is written so; a store edited by hand) leaves a
+// tombstone, recorded as deleted, so the sequence stays gapless.
+func (s *Store) restoreClaimed(ctx context.Context, conversationID string, from int64, claims []claimDoc) error {
+	if len(claims) == 0 {
 		return nil
 	}
-	stored, err := s.MessageRange(ctx, conversationID, from+1, to)
+	stored, err := s.MessageRange(ctx, conversationID, from+1, claims[len(claims)-1].Seq)
 	if err != nil {
 		return err
 	}
@@ -241,21 +265,24 @@ func (s *Store) fillHoles(ctx context.Context, conversationID string, from, to i
 	for _, m := range stored {
 		present[m.Seq] = true
 	}
-	var holes []Message
-	var seqs []int64
-	for seq := from + 1; seq <= to; seq++ {
-		if !present[seq] {
-			holes = append(holes, Message{ConversationID: conversationID, Seq: seq, Kind: protocol.KindDeleted, CreatedAt: time.Now().UTC()})
-			seqs = append(seqs, seq)
+	var missing []Message
+	var tombstones []int64
+	for _, c := range claims {
+		switch {
+		case present[c.Seq]:
+		case c.Message != nil:
+			missing = append(missing, *c.Message)
+		default:
+			missing = append(missing, Message{ConversationID: conversationID, Seq: c.Seq, Kind: protocol.KindDeleted, CreatedAt: time.Now().UTC()})
+			tombstones = append(tombstones, c.Seq)
 		}
 	}
-	if len(holes) == 0 {
-		return nil
+	if len(tombstones) > 0 {
+		if err := s.RecordDeleted(ctx, conversationID, tombstones); err != nil {
+			return err
+		}
 	}
-	if err := s.RecordDeleted(ctx, conversationID, seqs); err != nil {
-		return err
-	}
-	return s.appendToBuckets(ctx, holes)
+	return s.appendToBuckets(ctx, missing)
 }
 
 // UpdateMessages writes the new states of changed messages (edits, reactions, tombstones): it
