@@ -58,3 +58,30 @@ func Database(t testing.TB, cfg storage.Config) *mongo.Database {
 	})
 	return client.Database(cfg.Database)
 }
+
+// BackdateMessages sets createdAt of the messages from..to of a conversation to at, in their
+// buckets as stored (storage/buckets.go: BucketSize seqs to a document, _id the conversation and
+// the bucket's number), for a test of how a page shows days.
+func BackdateMessages(t testing.TB, cfg storage.Config, conversationID string, from, to int64, at time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	buckets := Database(t, cfg).Collection("messageBuckets")
+	for n := (from - 1) / storage.BucketSize; n <= (to-1)/storage.BucketSize; n++ {
+		id := bson.D{{Key: "_id", Value: fmt.Sprintf("%s/%012d", conversationID, n)}}
+		var b struct {
+			Messages []bson.M `bson:"messages"`
+		}
+		if err := buckets.FindOne(ctx, id).Decode(&b); err != nil {
+			t.Fatalf("read bucket %d of %s: %v", n, conversationID, err)
+		}
+		for _, m := range b.Messages {
+			if seq, _ := m["seq"].(int64); seq >= from && seq <= to {
+				m["createdAt"] = at
+			}
+		}
+		if _, err := buckets.UpdateOne(ctx, id, bson.D{{Key: "$set", Value: bson.D{{Key: "messages", Value: b.Messages}}}}); err != nil {
+			t.Fatalf("back-date messages of %s: %v", conversationID, err)
+		}
+	}
+}
