@@ -52,13 +52,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	uri := getenv("CHAT_MONGO_URI")
-	db := getenv("CHAT_MONGO_DB")
-	if db == "" {
-		db = "chat"
-	}
-	fs.StringVar(&cfg.MongoURI, "mongo-uri", uri, "MongoDB URI of the store (CHAT_MONGO_URI)")
-	fs.StringVar(&cfg.Database, "mongo-db", db, "database (CHAT_MONGO_DB)")
+	storeFlags(fs, getenv, &cfg.MongoURI, &cfg.Database, "")
 	prefix := fs.String("prefix", defaultSeedPrefix, "the seeded data set whose big conversation to page")
 	fs.StringVar(&cfg.ConversationID, "conversation", "", "conversation id; default the big conversation of -prefix")
 	depths := fs.String("depths", "0,10000,990000", "comma-separated depths: messages newer than the page")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -83,13 +84,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	uri := getenv("CHAT_MONGO_URI")
-	db := getenv("CHAT_MONGO_DB")
-	if db == "" {
-		db = "chat"
-	}
-	fs.StringVar(&cfg.MongoURI, "mongo-uri", uri, "MongoDB URI of the store (CHAT_MONGO_URI); for the embedded store add ?maxPoolSize=8")
-	fs.StringVar(&cfg.Database, "mongo-db", db, "database (CHAT_MONGO_DB)")
+	storeFlags(fs, getenv, &cfg.MongoURI, &cfg.Database, "; for the embedded store add ?maxPoolSize=8")
 	fs.StringVar(&cfg.Prefix, "prefix", defaultSeedPrefix, "user names are <prefix><n>, as chatbench -prefix signs them in")
 	fs.IntVar(&cfg.Users, "users", 5000, "users")
 	fs.IntVar(&cfg.PerUser, "conversations", 20, "conversations each user is in")
@@ -416,4 +411,11 @@ func seedEach(ctx context.Context, n, limit int, fn func(i int) error) error {
 		return first
 	}
 	return ctx.Err()
+}
+
+// storeFlags adds -mongo-uri and -mongo-db, the store the seed and page commands talk to
+// directly, defaulting to CHAT_MONGO_URI and CHAT_MONGO_DB; uriNote ends the URI's help.
+func storeFlags(fs *flag.FlagSet, getenv func(string) string, uri, db *string, uriNote string) {
+	fs.StringVar(uri, "mongo-uri", getenv("CHAT_MONGO_URI"), "MongoDB URI of the store (CHAT_MONGO_URI)"+uriNote)
+	fs.StringVar(db, "mongo-db", cmp.Or(getenv("CHAT_MONGO_DB"), "chat"), "database (CHAT_MONGO_DB)")
 }

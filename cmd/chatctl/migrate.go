@@ -13,18 +13,14 @@ import (
 // run cut short stopped, so it shares its bound.
 func runMigrate(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("migrate")
-	uri := fs.String("mongo-uri", envOr(c.getenv, "CHAT_MONGO_URI", ""), "MongoDB URI (CHAT_MONGO_URI)")
-	db := fs.String("mongo-db", envOr(c.getenv, "CHAT_MONGO_DB", "chat"), "database (CHAT_MONGO_DB)")
+	openStore := storeFlags(c, fs)
 	group := fs.Int("group", storage.DefaultMigrateGroup, "conversations moved per step (one read of the old collection each)")
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	if *uri == "" {
-		return usagef("-mongo-uri (or CHAT_MONGO_URI) is required")
-	}
 	ctx, cancel := context.WithTimeout(ctx, backfillTimeout)
 	defer cancel()
-	store, err := storage.Open(ctx, storage.Config{URI: *uri, Database: *db})
+	store, err := openStore(ctx, false)
 	if err != nil {
 		return err
 	}
