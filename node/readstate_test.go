@@ -21,8 +21,8 @@ import (
 func seedMessages(t *testing.T, store *storage.Store, conv, sender string, n int) {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
-	// Batches of four buckets: each insert stays well inside the store's operation timeout on a
-	// loaded machine.
+	// Batches of four whole buckets, which the insert seals: each stays well inside the store's
+	// operation timeout on a loaded machine.
 	const batchSize = 4 * storage.BucketSize
 	for start := 1; start <= n; start += batchSize {
 		var batch []storage.Message
@@ -37,6 +37,7 @@ func seedMessages(t *testing.T, store *storage.Store, conv, sender string, n int
 	if err := store.AdvanceCounters(ctx, map[string]storage.Counters{conv: {LastSeq: int64(n)}}); err != nil {
 		t.Fatalf("seed lastSeq: %v", err)
 	}
+
 }
 
 func latestBadge(t *testing.T, c *client.Conn, convID string, unread int64) {

@@ -274,6 +274,36 @@ func (p *partition) flush(batch []pending) {
 		}
 		p.respond(batch[i].replyTo, r)
 	}
+	p.seal(ctx, fresh)
+}
+
+// seal writes the buckets the batch's new messages filled (storage.SealBuckets), after the
+// answers, so that no ack waits for it. A seal that fails leaves the messages in their claims,
+// where they are read, and the next owner of the conversation seals the bucket.
+func (p *partition) seal(ctx context.Context, fresh []*entry) {
+	stored := make(map[string][2]int64) // the seqs stored per conversation, lowest and highest
+	for _, e := range fresh {
+		if e.stored == nil || !e.assigned {
+			continue
+		}
+		r, ok := stored[e.msg.ConversationID]
+		if !ok {
+			r = [2]int64{e.msg.Seq, e.msg.Seq}
+		}
+		stored[e.msg.ConversationID] = [2]int64{min(r[0], e.msg.Seq), max(r[1], e.msg.Seq)}
+	}
+	for conv, r := range stored {
+		// The bucket of the batch's first message, if the batch filled it: InsertMessages sealed
+		// those the batch holds whole.
+		first, last := r[0], r[1]
+		end := (first + storage.BucketSize - 1) / storage.BucketSize * storage.BucketSize
+		if end > last || first%storage.BucketSize == 1 {
+			continue
+		}
+		if err := p.seq.store.SealBuckets(ctx, conv, end, end); err != nil {
+			p.seq.log.Warn().Err(err).Str("conversation", conv).Msg("seal a full bucket; its messages stay in their claims")
+		}
+	}
 }
 
 // member returns the state of e's conversation once e's sender is found a member of it (system

@@ -186,35 +186,40 @@ func TestAuditReportsEachBreak(t *testing.T) {
 			{Key: "kind", Value: protocol.KindText}, {Key: "body", Value: "raw"}, {Key: "createdAt", Value: time.Now()},
 			{Key: "clientMsgId", Value: fmt.Sprintf("raw-%s-%d", conv, seq)}}
 	}
-	// Every seq of the audit's groups is in their first bucket.
-	firstBucket := func(conv string) bson.D { return bson.D{{Key: "_id", Value: conv + "/000000000000"}} }
-	push := func(conv string, m bson.D) {
-		t.Helper()
-		_, err := buckets.UpdateOne(ctx, firstBucket(conv), bson.D{{Key: "$push", Value: bson.D{{Key: "messages", Value: m}}}})
-		raw("push a message into a bucket", err)
+	// Each group's messages fill less than a bucket: they are in their seq claims.
+	seqClaim := func(conv string, seq int64) bson.D {
+		return bson.D{{Key: "_id", Value: fmt.Sprintf("%s/%012d", conv, seq)}}
 	}
 
 	// A gap: seq 9 (ann's, not her newest) gone.
-	var gap struct {
-		Messages []bson.M `bson:"messages"`
-	}
-	raw("read a bucket", buckets.FindOne(ctx, firstBucket("gap")).Decode(&gap))
-	gap.Messages = slices.DeleteFunc(gap.Messages, func(m bson.M) bool { return m["seq"] == int64(9) })
-	_, err := buckets.UpdateOne(ctx, firstBucket("gap"), bson.D{{Key: "$set", Value: bson.D{{Key: "messages", Value: gap.Messages}}}})
+	_, err := claims.DeleteOne(ctx, seqClaim("gap", 9))
 	raw("delete a message", err)
-	// A duplicate: seq 4 three times.
-	for i := range 2 {
-		dupe := rawMessage("dup", 4, "ann")
-		dupe[len(dupe)-1].Value = fmt.Sprintf("copy-%d", i)
-		push("dup", dupe)
+	// A duplicate: a bucket written by hand with seq 4 three times among the group's messages.
+	var dup []bson.M
+	for seq := int64(1); seq <= auditSeqs; seq++ {
+		var c struct {
+			Message bson.M `bson:"message"`
+		}
+		raw("read a claim", claims.FindOne(ctx, seqClaim("dup", seq)).Decode(&c))
+		dup = append(dup, c.Message)
+		if seq == 4 {
+			for i := range 2 {
+				dup = append(dup, bson.M{"conversationId": "dup", "seq": int64(4), "senderId": "ann", "kind": protocol.KindText,
+					"body": "raw", "createdAt": time.Now(), "clientMsgId": fmt.Sprintf("copy-%d", i)})
+			}
+		}
 	}
-	// Seqs above lastSeq, claimed by a writer that stored only the first and the last of them.
+	_, err = buckets.InsertOne(ctx, bson.D{{Key: "_id", Value: "dup/000000000000"}, {Key: "conversationId", Value: "dup"}, {Key: "messages", Value: dup}})
+	raw("write a bucket with copies", err)
+	// Seqs above lastSeq, claimed by a writer that stored a message in the first and the last of
+	// them only.
 	for seq := int64(auditSeqs + 1); seq <= auditSeqs+50; seq++ {
-		_, err = claims.InsertOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("above/%012d", seq)}, {Key: "conversationId", Value: "above"}, {Key: "seq", Value: seq}})
+		claim := append(seqClaim("above", seq), bson.E{Key: "conversationId", Value: "above"}, bson.E{Key: "seq", Value: seq})
+		if seq == auditSeqs+1 || seq == auditSeqs+50 {
+			claim = append(claim, bson.E{Key: "message", Value: rawMessage("above", seq, "ben")})
+		}
+		_, err = claims.InsertOne(ctx, claim)
 		raw("claim a seq above lastSeq", err)
-	}
-	for _, seq := range []int64{auditSeqs + 1, auditSeqs + 50} {
-		push("above", rawMessage("above", seq, "ben"))
 	}
 	// Counters lowered: lastSeq by two, lastVersion by one, ben's newest message.
 	_, err = counters.UpdateOne(ctx, bson.D{{Key: "_id", Value: "counter"}}, bson.D{{Key: "$set", Value: bson.D{

@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
 	"github.com/chatd/chatd/testenv/poll"
@@ -28,8 +27,9 @@ func seqsOf(msgs []storage.Message) []int64 {
 }
 
 // TestStaleOwnerCannotWriteIntoABucketItLost: an owner that lost its conversation (its lease
-// moved while it stalled) and still writes the seq it thinks is next is refused, and the new
-// owner's message at that seq stands; the stale send's client id stays free for its retry.
+// moved while it stalled) and still writes the seq it thinks is next is refused, whether that
+// seq's bucket is still open or sealed, and the new owner's message at that seq stands; the stale
+// send's client id stays free for its retry.
 func TestStaleOwnerCannotWriteIntoABucketItLost(t *testing.T) {
 	s := testenv.Store(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -68,6 +68,26 @@ func TestStaleOwnerCannotWriteIntoABucketItLost(t *testing.T) {
 	if err := s.InsertMessages(ctx, []storage.Message{stale}); err != nil {
 		t.Fatalf("retry of the refused send: %v", err)
 	}
+	// The new owner fills the bucket and seals it; the stale owner's write of its last seq is
+	// refused, and the sealed bucket keeps the new owner's message.
+	var rest []storage.Message
+	for seq := int64(6); seq <= storage.BucketSize; seq++ {
+		rest = append(rest, msg("c", seq))
+	}
+	if err := s.InsertMessages(ctx, rest); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SealBuckets(ctx, "c", 6, storage.BucketSize); err != nil {
+		t.Fatal(err)
+	}
+	late := msg("c", storage.BucketSize)
+	if err := s.InsertMessages(ctx, []storage.Message{late}); !errors.As(err, &dup) || dup.Index != 0 {
+		t.Fatalf("stale owner's write into the sealed bucket: %v; want refused", err)
+	}
+	last, err := s.MessageRange(ctx, "c", storage.BucketSize, storage.BucketSize)
+	if err != nil || len(last) != 1 || last[0].ClientMsgID != rest[len(rest)-1].ClientMsgID {
+		t.Fatalf("the sealed bucket's last message: %+v, %v; want the new owner's", last, err)
+	}
 }
 
 // TestRetriedSendFindsItsMessage: a send stored before is found by its client id, and storing it
@@ -95,66 +115,71 @@ func TestRetriedSendFindsItsMessage(t *testing.T) {
 	}
 }
 
-// TestFailedWriterLosesNothing: a writer that claimed seqs and failed before appending the
-// messages to their bucket (killed between its two writes) loses nothing: the retried send finds
-// its message under the claimed seq, and a new owner appends it from its claim, so the
-// conversation pages gaplessly with the message in place. A claim that holds no message (a store
-// edited by hand) becomes a tombstone, counted deleted.
-func TestFailedWriterLosesNothing(t *testing.T) {
+// TestMessagesMoveIntoSealedBuckets: a conversation's newest messages are read from their claims,
+// and once a bucket is full and sealed, from it; a change made before the seal and one made after
+// it both show, and a catch-up finds them.
+func TestMessagesMoveIntoSealedBuckets(t *testing.T) {
 	cfg := testenv.StoreConfig(t)
 	s := testenv.OpenStore(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	db := testenv.Database(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := s.EnsureConversation(ctx, storage.Conversation{ID: "c", Kind: storage.KindGroup, Members: []string{"alice"}}); err != nil {
-		t.Fatal(err)
+	const n = storage.BucketSize + 10
+	var all []storage.Message
+	for seq := int64(1); seq <= n; seq++ {
+		all = append(all, msg("c", seq))
 	}
-	if err := s.InsertMessages(ctx, []storage.Message{msg("c", 1), msg("c", 2)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AdvanceCounters(ctx, map[string]storage.Counters{"c": {LastSeq: 2}}); err != nil {
-		t.Fatal(err)
-	}
-	// Seq 3's claims, as InsertMessages writes them, and no append; seq 4 claimed bare.
-	lost := msg("c", 3)
-	lost.Body = "claimed, never appended"
-	claims := testenv.Database(t, cfg).Collection("messageClaims")
-	for _, doc := range []bson.D{
-		{{Key: "_id", Value: "c/" + lost.ClientMsgID}, {Key: "conversationId", Value: "c"}, {Key: "seq", Value: int64(3)}},
-		{{Key: "_id", Value: "c/000000000003"}, {Key: "conversationId", Value: "c"}, {Key: "seq", Value: int64(3)}, {Key: "message", Value: lost}},
-		{{Key: "_id", Value: "c/000000000004"}, {Key: "conversationId", Value: "c"}, {Key: "seq", Value: int64(4)}},
-	} {
-		if _, err := claims.InsertOne(ctx, doc); err != nil {
+	// In two batches, as an owner writes them: the first bucket is filled by the second.
+	for _, batch := range [][]storage.Message{all[:40], all[40:]} {
+		if err := s.InsertMessages(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if found, err := s.MessageByClientID(ctx, "c", lost.ClientMsgID); err != nil || found.Seq != 3 || found.Body != lost.Body {
-		t.Fatalf("the retried send finds seq %d %q, %v; want its message at 3", found.Seq, found.Body, err)
+	edit := func(seq, version int64, body string) {
+		t.Helper()
+		m := all[seq-1]
+		m.Body, m.Version = body, version
+		if err := s.UpdateMessages(ctx, []storage.MessageUpdate{{Message: m, PrevVersion: all[seq-1].Version}}); err != nil {
+			t.Fatal(err)
+		}
+		all[seq-1] = m
 	}
-	high, err := s.RecoverSeq(ctx, "c")
-	if err != nil || high != 4 {
-		t.Fatalf("recovered seq %d, %v; want 4", high, err)
+	edit(3, 1, "edited in its claim")
+	if err := s.SealBuckets(ctx, "c", 1, n); err != nil {
+		t.Fatal(err)
 	}
-	page, err := s.MessageRange(ctx, "c", 1, 10)
+	buckets, err := db.Collection("messageBuckets").CountDocuments(ctx, bson.D{})
+	if err != nil || buckets != 1 {
+		t.Fatalf("%d buckets sealed, %v; want the full one only", buckets, err)
+	}
+	edit(5, 2, "edited in its bucket")
+	edit(n, 3, "edited, still in its claim")
+	page, err := s.MessageRange(ctx, "c", 1, n+20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := seqsOf(page); !slices.Equal(got, []int64{1, 2, 3, 4}) || page[2].Body != lost.Body || page[3].Kind != protocol.KindDeleted {
-		t.Fatalf("page %v (%q, %s); want 1..4 with the claimed message at 3 and a tombstone at 4", got, page[2].Body, page[3].Kind)
+	if len(page) != n {
+		t.Fatalf("%d messages; want %d", len(page), n)
 	}
-	conv, err := s.Conversation(ctx, "c")
-	if err != nil || !slices.Equal(conv.DeletedSeqs, []int64{4}) {
-		t.Fatalf("deleted seqs %v, %v; want [4]", conv.DeletedSeqs, err)
+	for i, m := range page {
+		if m.Seq != int64(i+1) || m.Body != all[i].Body || m.Version != all[i].Version {
+			t.Fatalf("seq %d: %q version %d; want seq %d %q version %d", m.Seq, m.Body, m.Version, i+1, all[i].Body, all[i].Version)
+		}
 	}
-	if again, err := s.RecoverSeq(ctx, "c"); err != nil || again != 4 {
-		t.Fatalf("a second recovery: %d, %v", again, err)
+	changed, err := s.ChangedMessages(ctx, "c", 0, n, 10)
+	if err != nil || !slices.Equal(seqsOf(changed), []int64{3, 5, n}) {
+		t.Fatalf("changes: %v, %v; want seqs 3, 5, %d", seqsOf(changed), err, n)
 	}
-	if page, err := s.MessageRange(ctx, "c", 1, 10); err != nil || len(page) != 4 {
-		t.Fatalf("after a second recovery: %d messages, %v; want 4", len(page), err)
+	if err := s.SealBuckets(ctx, "c", 1, n); err != nil {
+		t.Fatalf("sealing again: %v", err)
+	}
+	if page, err := s.MessageRange(ctx, "c", 5, 5); err != nil || page[0].Body != "edited in its bucket" {
+		t.Fatalf("after sealing again seq 5 is %+v, %v", page, err)
 	}
 }
 
-// TestPagesAreIndexLookupsAtAnyDepth: on the embedded store, the read of a page's bucket is an
-// index search whatever the depth (FerretDB pushes {_id} down; the embedded store's indexer
+// TestPagesAreIndexLookupsAtAnyDepth: on the embedded store, the read of a page's sealed bucket is
+// an index search whatever the depth (FerretDB pushes {_id} down; the embedded store's indexer
 // gives SQLite the index that query needs), and pages deep and shallow hold what was written.
 func TestPagesAreIndexLookupsAtAnyDepth(t *testing.T) {
 	const total = 3000
@@ -172,6 +197,9 @@ func TestPagesAreIndexLookupsAtAnyDepth(t *testing.T) {
 		if err := s.InsertMessages(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := s.SealBuckets(ctx, conv, 1, total); err != nil {
+		t.Fatal(err)
 	}
 	for _, from := range []int64{1, 1500, total - 49} {
 		page, err := s.MessageRange(ctx, conv, from, from+49)

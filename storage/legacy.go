@@ -144,7 +144,6 @@ func (s *Store) migrateConversation(ctx context.Context, id string, msgs []Messa
 			buckets[b.ID] = b
 		}
 		b.Messages = append(b.Messages, m)
-		claims = append(claims, claimDoc{ID: seqClaimID(id, m.Seq), ConversationID: id, Seq: m.Seq})
 		if m.ClientMsgID != "" {
 			claims = append(claims, claimDoc{ID: clientClaimID(id, m.ClientMsgID), ConversationID: id, Seq: m.Seq})
 		}
@@ -157,6 +156,21 @@ func (s *Store) migrateConversation(ctx context.Context, id string, msgs []Messa
 			l.Changes = append(l.Changes, changeEntry{Version: m.Version, Seq: m.Seq})
 		}
 		counters.LastSeq, counters.LastVersion = max(counters.LastSeq, m.Seq), max(counters.LastVersion, m.Version)
+	}
+	// A full bucket is sealed; the messages of the others (the newest) stay in their seq claims,
+	// as InsertMessages writes them.
+	for bid, b := range buckets {
+		full := len(b.Messages) == BucketSize
+		for _, m := range b.Messages {
+			claim := claimDoc{ID: seqClaimID(id, m.Seq), ConversationID: id, Seq: m.Seq}
+			if !full {
+				claim.Message = &m
+			}
+			claims = append(claims, claim)
+		}
+		if !full {
+			delete(buckets, bid)
+		}
 	}
 	if len(claims) > 0 {
 		if _, err := s.claims.InsertMany(ctx, claims, options.InsertMany().SetOrdered(false)); err != nil && !onlyDuplicates(err) {

@@ -128,42 +128,31 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 // without a sender (its conversationId, seq, createdAt, clientMsgId and version stay, so the sequence stays
 // gapless and a retried send still finds it), and returns the seqs that were live. Those are
 // recorded as deleted first, as in a deletion: a run that fails after that finds the same live
-// messages again and records nothing twice. It reads every bucket of the conversation by _id and
-// rewrites those with the user's messages: only the conversation's owner calls it
-// (sequencer.EraseSender), since the embedded store's updates rewrite whole documents.
+// messages again and records nothing twice. It reads every message of the conversation by _id
+// (its buckets and newest claims) and rewrites those of the user: only the conversation's owner
+// calls it (sequencer.EraseSender), since the embedded store's updates rewrite whole documents.
 func (s *Store) TombstoneSender(ctx context.Context, conversationID string, lastSeq int64, userID string) (_ []int64, err error) {
 	defer s.metrics.observe(opTombstoneSender, time.Now(), &err)
-	if lastSeq == 0 {
-		return nil, nil
-	}
-	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, bucketIDs(conversationID, 1, lastSeq))
+	msgs, err := s.MessageRange(ctx, conversationID, 1, lastSeq)
 	if err != nil {
-		return nil, fmt.Errorf("read messages of %s: %w", conversationID, err)
+		return nil, err
 	}
 	var live []int64
-	var models []mongo.WriteModel
-	for id, b := range buckets {
-		set := bson.D{}
-		for i, m := range b.Messages {
-			if m.SenderID != userID {
-				continue
-			}
-			if m.Kind != protocol.KindDeleted {
-				live = append(live, m.Seq)
-			}
-			tombstone := Message{ConversationID: m.ConversationID, Seq: m.Seq, Kind: protocol.KindDeleted,
-				CreatedAt: m.CreatedAt, ClientMsgID: m.ClientMsgID, Version: m.Version}
-			set = append(set, bson.E{Key: fmt.Sprintf("messages.%d", i), Value: tombstone})
+	var tombstones []Message
+	for _, m := range msgs {
+		if m.SenderID != userID {
+			continue
 		}
-		if len(set) > 0 {
-			models = append(models, mongo.NewUpdateOneModel().SetFilter(byID(id)).SetUpdate(bson.D{{Key: "$set", Value: set}}))
+		if m.Kind != protocol.KindDeleted {
+			live = append(live, m.Seq)
 		}
+		tombstones = append(tombstones, Message{ConversationID: m.ConversationID, Seq: m.Seq, Kind: protocol.KindDeleted,
+			CreatedAt: m.CreatedAt, ClientMsgID: m.ClientMsgID, Version: m.Version})
 	}
-	slices.Sort(live)
 	if err := s.RecordDeleted(ctx, conversationID, live); err != nil {
 		return nil, err
 	}
-	if err := bulkWrite(ctx, s.buckets, models, false); err != nil {
+	if err := s.writeStates(ctx, tombstones); err != nil {
 		return nil, fmt.Errorf("tombstone messages of %s in %s: %w", userID, conversationID, err)
 	}
 	return live, nil
@@ -172,26 +161,25 @@ func (s *Store) TombstoneSender(ctx context.Context, conversationID string, last
 // deleteMessagesOf removes every message of conversation c with its claims and its change log,
 // each document by _id.
 func (s *Store) deleteMessagesOf(ctx context.Context, c Conversation) error {
-	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, bucketIDs(c.ID, 1, c.LastSeq))
+	msgs, err := s.bucketMessages(ctx, c.ID, 1, c.LastSeq)
 	if err != nil {
-		return fmt.Errorf("read messages of %s: %w", c.ID, err)
+		return err
 	}
-	var claims, bucketsGone []mongo.WriteModel
-	for id, b := range buckets {
-		for _, m := range b.Messages {
-			claims = append(claims, deleteByID(seqClaimID(c.ID, m.Seq)), deleteByID(clientClaimID(c.ID, m.ClientMsgID)))
-		}
-		bucketsGone = append(bucketsGone, deleteByID(id))
+	var claims, buckets, changes []mongo.WriteModel
+	for _, m := range msgs {
+		claims = append(claims, deleteByID(seqClaimID(c.ID, m.Seq)), deleteByID(clientClaimID(c.ID, m.ClientMsgID)))
 	}
-	var changes []mongo.WriteModel
+	for _, id := range bucketIDs(c.ID, 1, c.LastSeq) {
+		buckets = append(buckets, deleteByID(id))
+	}
 	for _, id := range bucketIDs(c.ID, 1, c.LastVersion) {
 		changes = append(changes, deleteByID(id))
 	}
-	// Claims first: a run that fails after them finds the buckets again and deletes the rest.
+	// Buckets first: a run that fails after them finds the messages in the claims again.
 	for _, step := range []struct {
 		coll   *mongo.Collection
 		models []mongo.WriteModel
-	}{{s.claims, claims}, {s.buckets, bucketsGone}, {s.changes, changes}} {
+	}{{s.buckets, buckets}, {s.claims, claims}, {s.changes, changes}} {
 		if len(step.models) == 0 {
 			continue
 		}

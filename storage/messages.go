@@ -65,12 +65,12 @@ type MessageUpdate struct {
 // ErrConflict means a guarded update matched nothing: another writer changed the message first.
 var ErrConflict = errors.New("message changed by another writer")
 
-// InsertMessages stores msgs in order: first their claims (for each message its client message
-// id, then its seq) with one ordered insertMany, then the messages into their buckets with one
-// bulk of appends. When a claim already exists it returns a *DuplicateError: the messages before
-// its Index were stored, the rest were not; MessageByClientID then tells a retried send (its
-// client claim existed) from a seq another writer took. Messages of one bucket should come
-// together (the sequencer sorts its batch by conversation), so that they are one append.
+// InsertMessages stores msgs in order with one ordered insertMany of their claims: for each
+// message the claim of its client message id, then the claim of its seq, which holds the message
+// (buckets.go). That insert is the message's one write. When a claim already exists it returns a
+// *DuplicateError: the messages before its Index were stored, the rest were not;
+// MessageByClientID then tells a retried send (its client claim existed) from a seq another
+// writer took. A bucket is written when it is full: here when msgs fill it, else by SealBuckets.
 func (s *Store) InsertMessages(ctx context.Context, msgs []Message) (err error) {
 	defer s.metrics.observe(opInsertMessages, time.Now(), &err)
 	if len(msgs) == 0 {
@@ -82,60 +82,88 @@ func (s *Store) InsertMessages(ctx context.Context, msgs []Message) (err error) 
 			claimDoc{ID: clientClaimID(m.ConversationID, m.ClientMsgID), ConversationID: m.ConversationID, Seq: m.Seq},
 			claimDoc{ID: seqClaimID(m.ConversationID, m.Seq), ConversationID: m.ConversationID, Seq: m.Seq, Message: &m})
 	}
-	stored := len(msgs)
-	var dup error
-	if _, err := s.claims.InsertMany(ctx, claims, options.InsertMany().SetOrdered(true)); err != nil {
-		i, ok := duplicateIndex(err)
-		if !ok {
-			return fmt.Errorf("claim %d messages: %w", len(msgs), err)
-		}
-		stored, dup = i/2, err
-		if i%2 == 1 {
-			// The seq is taken but the client claim just made is not: release it, so the send can
-			// be stored later under another seq.
-			m := msgs[stored]
-			if _, err := s.claims.DeleteOne(ctx, byID(clientClaimID(m.ConversationID, m.ClientMsgID))); err != nil {
-				return fmt.Errorf("release claim of %s in %s: %w", m.ClientMsgID, m.ConversationID, err)
-			}
+	_, err = s.claims.InsertMany(ctx, claims, options.InsertMany().SetOrdered(true))
+	if err == nil {
+		return s.sealWhole(ctx, msgs)
+	}
+	i, ok := duplicateIndex(err)
+	if !ok {
+		return fmt.Errorf("claim %d messages: %w", len(msgs), err)
+	}
+	if i%2 == 1 {
+		// The seq is taken but the client claim just made is not: release it, so the send can be
+		// stored later under another seq.
+		m := msgs[i/2]
+		if _, err := s.claims.DeleteOne(ctx, byID(clientClaimID(m.ConversationID, m.ClientMsgID))); err != nil {
+			return fmt.Errorf("release claim of %s in %s: %w", m.ClientMsgID, m.ConversationID, err)
 		}
 	}
-	if err := s.appendToBuckets(ctx, msgs[:stored]); err != nil {
+	if err := s.sealWhole(ctx, msgs[:i/2]); err != nil {
 		return err
 	}
-	if dup != nil {
-		return &DuplicateError{Index: stored, Err: dup}
-	}
-	return nil
+	return &DuplicateError{Index: i / 2, Err: err}
 }
 
-// appendToBuckets appends msgs to their buckets, one append per run of messages of one bucket.
-// Only the writer that claimed a seq appends it, so an append needs no guard of its own.
-func (s *Store) appendToBuckets(ctx context.Context, msgs []Message) error {
-	var models []mongo.WriteModel
-	for start := 0; start < len(msgs); {
-		id := bucketID(msgs[start].ConversationID, bucketNumber(msgs[start].Seq))
-		end := start + 1
-		for end < len(msgs) && bucketID(msgs[end].ConversationID, bucketNumber(msgs[end].Seq)) == id {
-			end++
+// sealWhole seals the buckets whose every message is in msgs, from msgs, with one insert: a
+// large batch (a bulk load, a migration, a busy conversation's flush) fills whole buckets, and
+// needs no read to seal them. Sealed buckets are left as they are.
+func (s *Store) sealWhole(ctx context.Context, msgs []Message) error {
+	var whole []any
+	for id, inBucket := range groupBy(msgs, func(m Message) string { return bucketID(m.ConversationID, bucketNumber(m.Seq)) }) {
+		if len(inBucket) != BucketSize {
+			continue
 		}
-		models = append(models, mongo.NewUpdateOneModel().SetFilter(byID(id)).SetUpsert(true).SetUpdate(bson.D{
-			{Key: "$push", Value: bson.D{{Key: "messages", Value: bson.D{{Key: "$each", Value: msgs[start:end]}}}}},
-			{Key: "$setOnInsert", Value: bson.D{{Key: "conversationId", Value: msgs[start].ConversationID}}},
-		}))
-		start = end
+		sorted := slices.SortedFunc(slices.Values(inBucket), func(a, b Message) int { return cmp.Compare(a.Seq, b.Seq) })
+		whole = append(whole, bucketDoc{ID: id, ConversationID: sorted[0].ConversationID, Messages: sorted})
 	}
-	if len(models) == 0 {
+	if len(whole) == 0 {
 		return nil
 	}
-	if err := bulkWrite(ctx, s.buckets, models, true); err != nil {
-		return fmt.Errorf("append %d messages: %w", len(msgs), err)
+	if _, err := s.buckets.InsertMany(ctx, whole, options.InsertMany().SetOrdered(false)); err != nil && !onlyDuplicates(err) {
+		return fmt.Errorf("seal %d full buckets: %w", len(whole), err)
 	}
 	return nil
 }
 
-// MessageByClientID finds the message a client sent with clientMsgID, or ErrNotFound. A claim
-// whose message was never stored (its writer failed between the claim and the append, or lost
-// the seq) is released here, so that the client's next retry stores the message.
+// SealBuckets writes each bucket of a conversation whose last seq is in from..to, from the
+// claims of its seqs, with one insert: from then on its messages are read, and changed, there.
+// A bucket sealed already is left as it is, and one not wholly claimed is not sealed. Only the
+// conversation's owner calls it, between its batches, so no change of those messages is made
+// while it reads them.
+func (s *Store) SealBuckets(ctx context.Context, conversationID string, from, to int64) (err error) {
+	defer s.metrics.observe(opSealBuckets, time.Now(), &err)
+	var full []int64 // the buckets whose last seq is in from..to
+	for n := bucketNumber(max(from, 1)); (n+1)*BucketSize <= to; n++ {
+		if (n+1)*BucketSize >= from {
+			full = append(full, n)
+		}
+	}
+	ids := make([]string, len(full))
+	for i, n := range full {
+		ids[i] = bucketID(conversationID, n)
+	}
+	sealed, err := findByIDs[bucketDoc](ctx, s.buckets, ids)
+	if err != nil {
+		return fmt.Errorf("find sealed buckets of %s: %w", conversationID, err)
+	}
+	for i, n := range full {
+		if _, ok := sealed[ids[i]]; ok {
+			continue
+		}
+		msgs, err := s.claimedMessages(ctx, conversationID, n*BucketSize+1, (n+1)*BucketSize)
+		if err != nil {
+			return err
+		}
+		if err := s.sealWhole(ctx, msgs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MessageByClientID finds the message a client sent with clientMsgID, or ErrNotFound. A client
+// claim whose seq holds another message (its writer lost the seq, or failed between its two
+// claims) is released here, so that the client's next retry stores the message.
 func (s *Store) MessageByClientID(ctx context.Context, conversationID, clientMsgID string) (_ Message, err error) {
 	defer s.metrics.observe(opMessageByClientID, time.Now(), &err)
 	claim, err := findByID[claimDoc](ctx, s.claims, clientClaimID(conversationID, clientMsgID))
@@ -149,46 +177,52 @@ func (s *Store) MessageByClientID(ctx context.Context, conversationID, clientMsg
 	if len(msgs) == 1 && msgs[0].ClientMsgID == clientMsgID {
 		return msgs[0], nil
 	}
-	// Not in its bucket: its writer may have failed after the claims; the seq's claim holds the
-	// message, which RecoverSeq appends.
-	if len(msgs) == 0 {
-		taken, err := findByID[claimDoc](ctx, s.claims, seqClaimID(conversationID, claim.Seq))
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return Message{}, err
-		}
-		if taken.Message != nil && taken.Message.ClientMsgID == clientMsgID {
-			return *taken.Message, nil
-		}
-	}
 	if _, err := s.claims.DeleteOne(ctx, byID(claim.ID)); err != nil {
 		return Message{}, fmt.Errorf("release claim of %s in %s: %w", clientMsgID, conversationID, err)
 	}
 	return Message{}, ErrNotFound
 }
 
-// MessageRange returns the messages with from <= seq <= to in seq order: the buckets holding
-// them, each read by _id, whatever the depth.
+// MessageRange returns the messages with from <= seq <= to in seq order, whatever the depth:
+// the sealed buckets of the range, each read by _id, and the claims of its seqs in buckets not
+// sealed yet (the conversation's newest, fewer than BucketSize), by _id too.
 func (s *Store) MessageRange(ctx context.Context, conversationID string, from, to int64) (_ []Message, err error) {
 	defer s.metrics.observe(opMessageRange, time.Now(), &err)
 	msgs, err := s.bucketMessages(ctx, conversationID, from, to)
-	// A seq is stored once; should a failed writer's late append meet the tombstone that filled
-	// its hole, the first one written stands.
+	// A seq is stored once; should a bucket hold a copy (a store edited by hand), the first stands.
 	return slices.CompactFunc(msgs, func(a, b Message) bool { return a.Seq == b.Seq }), err
 }
 
 // bucketMessages returns every stored message with from <= seq <= to in seq order, copies of a
-// seq included, in the order they were written.
+// seq in a bucket included.
 func (s *Store) bucketMessages(ctx context.Context, conversationID string, from, to int64) ([]Message, error) {
 	from = max(from, 1)
 	if to < from {
 		return nil, nil
 	}
-	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, bucketIDs(conversationID, from, to))
+	ids := bucketIDs(conversationID, from, to)
+	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read messages %d..%d of %s: %w", from, to, conversationID, err)
 	}
 	var out []Message
-	for _, b := range buckets {
+	for i, id := range ids {
+		b, sealed := buckets[id]
+		if !sealed {
+			// The newest bucket, or one whose seal failed: its messages are in their claims. Fewer
+			// than asked means the newest seq is passed, and nothing after it is stored.
+			n := bucketNumber(from) + int64(i)
+			first, last := max(from, n*BucketSize+1), min(to, (n+1)*BucketSize)
+			claimed, err := s.claimedMessages(ctx, conversationID, first, last)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, claimed...)
+			if int64(len(claimed)) < last-first+1 {
+				break
+			}
+			continue
+		}
 		for _, m := range b.Messages {
 			if m.Seq >= from && m.Seq <= to {
 				out = append(out, m)
@@ -199,37 +233,53 @@ func (s *Store) bucketMessages(ctx context.Context, conversationID string, from,
 	return out, nil
 }
 
+// claimedMessages returns the messages held by the claims of seqs from..to, read by _id
+// maxConcurrentReads at a time until a read finds none of its seqs claimed: past the newest seq.
+func (s *Store) claimedMessages(ctx context.Context, conversationID string, from, to int64) ([]Message, error) {
+	var out []Message
+	for start := from; start <= to; start += maxConcurrentReads {
+		var ids []string
+		for seq := start; seq <= min(to, start+maxConcurrentReads-1); seq++ {
+			ids = append(ids, seqClaimID(conversationID, seq))
+		}
+		claims, err := findByIDs[claimDoc](ctx, s.claims, ids)
+		if err != nil {
+			return nil, fmt.Errorf("read claimed messages %d..%d of %s: %w", from, to, conversationID, err)
+		}
+		if len(claims) == 0 {
+			break
+		}
+		for _, id := range ids {
+			if c, ok := claims[id]; ok && c.Message != nil {
+				out = append(out, *c.Message)
+			}
+		}
+	}
+	return out, nil
+}
+
 // RecoverSeq returns the highest seq of a conversation that any writer has claimed, 0 when it
-// has none: what a new owner continues after. A message whose seq is claimed but that is not in
-// its bucket (its writer failed between the claim and the append) is appended here from its
-// claim, which holds it: it is stored, and a retry of its send finds it under that seq. Only the
-// conversation's owner calls it.
+// has none: what a new owner continues after. A claim holds its message, so whatever was
+// claimed is stored. It seals the full buckets near the counters' lastSeq that a writer which
+// failed after its claims left unsealed. Only the conversation's owner calls it.
 func (s *Store) RecoverSeq(ctx context.Context, conversationID string) (_ int64, err error) {
 	defer s.metrics.observe(opRecoverSeq, time.Now(), &err)
 	counters, err := findByID[counterDoc](ctx, s.counters, conversationID)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return 0, err
 	}
-	high, claims, err := s.claimsAfter(ctx, conversationID, counters.LastSeq)
+	high, err := s.highestClaimed(ctx, conversationID, counters.LastSeq)
 	if err != nil {
 		return 0, err
 	}
-	return high, s.restoreClaimed(ctx, conversationID, counters.LastSeq, claims)
+	return high, s.SealBuckets(ctx, conversationID, counters.LastSeq-BucketSize+1, high)
 }
 
-// highestClaimed returns the highest claimed seq of a conversation at or after from (a seq known
-// to be claimed, or 0).
+// highestClaimed returns the highest claimed seq of a conversation, probing the claims after
+// from (a seq known to be claimed, or 0) maxConcurrentReads at a time: the counters trail the
+// claims by a batch or two at most.
 func (s *Store) highestClaimed(ctx context.Context, conversationID string, from int64) (int64, error) {
-	high, _, err := s.claimsAfter(ctx, conversationID, from)
-	return high, err
-}
-
-// claimsAfter reads the seq claims of a conversation after from (a seq known to be claimed, or
-// 0), maxConcurrentReads at a time, up to the first seq not claimed: the counters trail the
-// claims by a batch or two at most. It returns the highest claimed seq and those claims.
-func (s *Store) claimsAfter(ctx context.Context, conversationID string, from int64) (int64, []claimDoc, error) {
 	high := from
-	var claims []claimDoc
 	for {
 		ids := make([]string, maxConcurrentReads)
 		for i := range ids {
@@ -237,60 +287,23 @@ func (s *Store) claimsAfter(ctx context.Context, conversationID string, from int
 		}
 		found, err := findByIDs[claimDoc](ctx, s.claims, ids)
 		if err != nil {
-			return 0, nil, fmt.Errorf("find claimed seqs of %s: %w", conversationID, err)
+			return 0, fmt.Errorf("find claimed seqs of %s: %w", conversationID, err)
 		}
 		for _, id := range ids {
-			c, ok := found[id]
-			if !ok {
-				return high, claims, nil
+			if _, ok := found[id]; !ok {
+				return high, nil
 			}
-			claims = append(claims, c)
 			high++
 		}
 	}
 }
 
-// restoreClaimed appends every claimed message after seq from that is not in its bucket, from
-// its claim. A claim without its message (none is written so; a store edited by hand) leaves a
-// tombstone, recorded as deleted, so the sequence stays gapless.
-func (s *Store) restoreClaimed(ctx context.Context, conversationID string, from int64, claims []claimDoc) error {
-	if len(claims) == 0 {
-		return nil
-	}
-	stored, err := s.MessageRange(ctx, conversationID, from+1, claims[len(claims)-1].Seq)
-	if err != nil {
-		return err
-	}
-	present := make(map[int64]bool, len(stored))
-	for _, m := range stored {
-		present[m.Seq] = true
-	}
-	var missing []Message
-	var tombstones []int64
-	for _, c := range claims {
-		switch {
-		case present[c.Seq]:
-		case c.Message != nil:
-			missing = append(missing, *c.Message)
-		default:
-			missing = append(missing, Message{ConversationID: conversationID, Seq: c.Seq, Kind: protocol.KindDeleted, CreatedAt: time.Now().UTC()})
-			tombstones = append(tombstones, c.Seq)
-		}
-	}
-	if len(tombstones) > 0 {
-		if err := s.RecordDeleted(ctx, conversationID, tombstones); err != nil {
-			return err
-		}
-	}
-	return s.appendToBuckets(ctx, missing)
-}
-
 // UpdateMessages writes the new states of changed messages (edits, reactions, tombstones): it
-// logs each change's version first (so a catch-up finds every stored change), then per bucket
-// reads it by _id and sets the messages whose stored version is still the update's PrevVersion
-// and that are not tombstones. It returns ErrConflict when any of them did not match; the others
-// may have been written. Only the conversation's owner changes its messages, one batch after
-// another, so the read and the write of a bucket meet no other writer.
+// logs each change's version first (so a catch-up finds every stored change), then sets each
+// message whose stored version is still the update's PrevVersion and that is not a tombstone. It
+// returns ErrConflict when any of them did not match; the others may have been written. Only the
+// conversation's owner changes its messages, one batch after another, so nothing else writes
+// them between the read and the write.
 func (s *Store) UpdateMessages(ctx context.Context, updates []MessageUpdate) (err error) {
 	defer s.metrics.observe(opUpdateMessages, time.Now(), &err)
 	if len(updates) == 0 {
@@ -299,49 +312,83 @@ func (s *Store) UpdateMessages(ctx context.Context, updates []MessageUpdate) (er
 	if err := s.logChanges(ctx, updates); err != nil {
 		return err
 	}
-	byBucket := make(map[string][]Message)
-	var order []string
-	for _, u := range updates {
-		id := bucketID(u.Message.ConversationID, bucketNumber(u.Message.Seq))
-		if _, ok := byBucket[id]; !ok {
-			order = append(order, id)
-		}
-		byBucket[id] = append(byBucket[id], u.Message)
-	}
-	prev := make(map[string]int64, len(updates))
-	for _, u := range updates {
-		prev[seqClaimID(u.Message.ConversationID, u.Message.Seq)] = u.PrevVersion
-	}
-	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, order)
-	if err != nil {
-		return fmt.Errorf("read buckets of %d changed messages: %w", len(updates), err)
-	}
+	states := make([]Message, 0, len(updates))
 	conflicts := 0
-	var models []mongo.WriteModel
-	for _, id := range order {
-		set := bson.D{}
-		for _, m := range byBucket[id] {
-			i := slices.IndexFunc(buckets[id].Messages, func(stored Message) bool { return stored.Seq == m.Seq })
-			if i < 0 || buckets[id].Messages[i].Version != prev[seqClaimID(m.ConversationID, m.Seq)] ||
-				buckets[id].Messages[i].Kind == protocol.KindDeleted {
+	for conv, group := range groupBy(updates, func(u MessageUpdate) string { return u.Message.ConversationID }) {
+		seqs := make([]int64, len(group))
+		for i, u := range group {
+			seqs[i] = u.Message.Seq
+		}
+		stored, err := s.messagesAt(ctx, conv, seqs)
+		if err != nil {
+			return err
+		}
+		for _, u := range group {
+			m, ok := stored[u.Message.Seq]
+			if !ok || m.Version != u.PrevVersion || m.Kind == protocol.KindDeleted {
 				conflicts++
 				continue
 			}
-			set = append(set, bson.E{Key: fmt.Sprintf("messages.%d", i), Value: m})
-		}
-		if len(set) > 0 {
-			models = append(models, mongo.NewUpdateOneModel().SetFilter(byID(id)).SetUpdate(bson.D{{Key: "$set", Value: set}}))
+			states = append(states, u.Message)
 		}
 	}
-	if len(models) > 0 {
-		if err := bulkWrite(ctx, s.buckets, models, false); err != nil {
-			return fmt.Errorf("update %d messages: %w", len(updates), err)
-		}
+	if err := s.writeStates(ctx, states); err != nil {
+		return fmt.Errorf("update %d messages: %w", len(updates), err)
 	}
 	if conflicts > 0 {
 		return fmt.Errorf("update %d messages, %d did not match: %w", len(updates), conflicts, ErrConflict)
 	}
 	return nil
+}
+
+// writeStates writes each message's new state where it is stored: its element of a sealed
+// bucket, or its seq's claim. Each bucket and each claim is one update by _id.
+func (s *Store) writeStates(ctx context.Context, msgs []Message) error {
+	var bucketModels, claimModels []mongo.WriteModel
+	for conv, group := range groupBy(msgs, func(m Message) string { return m.ConversationID }) {
+		for id, inBucket := range groupBy(group, func(m Message) string { return bucketID(conv, bucketNumber(m.Seq)) }) {
+			b, err := findByID[bucketDoc](ctx, s.buckets, id)
+			if errors.Is(err, ErrNotFound) {
+				for _, m := range inBucket {
+					claimModels = append(claimModels, mongo.NewUpdateOneModel().SetFilter(byID(seqClaimID(conv, m.Seq))).
+						SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "message", Value: m}}}}))
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			set := bson.D{}
+			for _, m := range inBucket {
+				if i := slices.IndexFunc(b.Messages, func(stored Message) bool { return stored.Seq == m.Seq }); i >= 0 {
+					set = append(set, bson.E{Key: fmt.Sprintf("messages.%d", i), Value: m})
+				}
+			}
+			if len(set) > 0 {
+				bucketModels = append(bucketModels, mongo.NewUpdateOneModel().SetFilter(byID(id)).SetUpdate(bson.D{{Key: "$set", Value: set}}))
+			}
+		}
+	}
+	for _, step := range []struct {
+		coll   *mongo.Collection
+		models []mongo.WriteModel
+	}{{s.buckets, bucketModels}, {s.claims, claimModels}} {
+		if len(step.models) > 0 {
+			if err := bulkWrite(ctx, step.coll, step.models, false); err != nil {
+				return fmt.Errorf("write %d messages into %s: %w", len(step.models), step.coll.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// groupBy groups items by key, each group in the order of items.
+func groupBy[T any](items []T, key func(T) string) map[string][]T {
+	out := make(map[string][]T)
+	for _, it := range items {
+		out[key(it)] = append(out[key(it)], it)
+	}
+	return out
 }
 
 // logChanges appends each update's version and seq to its conversation's change log.
@@ -389,7 +436,11 @@ func (s *Store) ChangedMessages(ctx context.Context, conversationID string, afte
 		}
 		changes := slices.DeleteFunc(log.Changes, func(c changeEntry) bool { return c.Version <= afterVersion || c.Seq > maxSeq })
 		slices.SortFunc(changes, func(a, b changeEntry) int { return cmp.Compare(a.Version, b.Version) })
-		current, err := s.messagesAt(ctx, conversationID, changes)
+		seqs := make([]int64, len(changes))
+		for i, c := range changes {
+			seqs[i] = c.Seq
+		}
+		current, err := s.messagesAt(ctx, conversationID, seqs)
 		if err != nil {
 			return nil, err
 		}
@@ -402,23 +453,16 @@ func (s *Store) ChangedMessages(ctx context.Context, conversationID string, afte
 	return out, nil
 }
 
-// messagesAt reads the messages the changes are of, by seq.
-func (s *Store) messagesAt(ctx context.Context, conversationID string, changes []changeEntry) (map[int64]Message, error) {
-	var ids []string
-	seen := make(map[string]bool)
-	for _, c := range changes {
-		if id := bucketID(conversationID, bucketNumber(c.Seq)); !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
+// messagesAt reads the messages of a conversation with the given seqs, by seq: the buckets (or
+// claims) that hold them.
+func (s *Store) messagesAt(ctx context.Context, conversationID string, seqs []int64) (map[int64]Message, error) {
+	out := make(map[int64]Message, len(seqs))
+	for _, group := range groupBy(seqs, func(seq int64) string { return bucketID(conversationID, bucketNumber(seq)) }) {
+		msgs, err := s.bucketMessages(ctx, conversationID, slices.Min(group), slices.Max(group))
+		if err != nil {
+			return nil, fmt.Errorf("read changed messages of %s: %w", conversationID, err)
 		}
-	}
-	buckets, err := findByIDs[bucketDoc](ctx, s.buckets, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read changed messages of %s: %w", conversationID, err)
-	}
-	out := make(map[int64]Message)
-	for _, b := range buckets {
-		for _, m := range b.Messages {
+		for _, m := range msgs {
 			if _, ok := out[m.Seq]; !ok {
 				out[m.Seq] = m
 			}

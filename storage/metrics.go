@@ -21,6 +21,7 @@ const (
 	opMessageRange         = op("message_range")
 	opExplainMessagePage   = op("explain_message_page")
 	opTombstoneSender      = op("tombstone_sender")
+	opSealBuckets          = op("seal_buckets")
 	opMigrate              = op("migrate")
 	opUpdateMessages       = op("update_messages")
 	opChangedMessages      = op("changed_messages")
@@ -65,7 +66,7 @@ const (
 )
 
 var ops = []op{
-	opPing, opInsertMessages, opMessageByClientID, opRecoverSeq, opMessageRange, opExplainMessagePage, opTombstoneSender, opMigrate, opUpdateMessages,
+	opPing, opInsertMessages, opMessageByClientID, opRecoverSeq, opMessageRange, opExplainMessagePage, opTombstoneSender, opSealBuckets, opMigrate, opUpdateMessages,
 	opChangedMessages, opRecordDeleted, opEnsureConversation, opConversation, opConversationsOf, opAdvanceCounters, opAddMembers, opRemoveMember,
 	opHideConversation, opAdvanceCursors, opCursorsOf, opCountReaders, opCountDelivered, opReaders, opEnsureUser, opReviveUser,
 	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opSetHidePresence, opRecordPresence,
