@@ -9,15 +9,16 @@ import (
 // The layout of messages. The embedded store (FerretDB v1 on SQLite) answers exactly one filter
 // from an index, {_id: value}, and reads the whole collection for any other; on MongoDB an _id
 // lookup is as cheap as any index lookup. So every read of messages is a handful of _id
-// lookups, at any depth and on both stores:
-//   - messageBuckets: the messages of a conversation, BucketSize to a document, whose _id is
-//     the conversation and the bucket's number (bucketID). A page is one or two buckets.
-//   - messageClaims: one document per seq (seqClaimID), holding the message as first stored, and
-//     one per client message id (clientClaimID), inserted before the messages go into their
-//     bucket. An insert is the one write both stores make atomic (FerretDB v1's updates are
-//     read-modify-write), so the seq claim is the fence a stale owner cannot pass and the durable
-//     record of the message until its append, and the client claim makes a retried send find
-//     its message by _id.
+// lookups, at any depth and on both stores, and a message is written once, by an insert:
+//   - messageClaims: one document per seq (seqClaimID), holding the message, and one per client
+//     message id (clientClaimID), inserted together: a message's store write. An insert is the
+//     one write both stores make atomic (FerretDB v1's updates are read-modify-write), so the seq
+//     claim is the fence a stale owner cannot pass, and the client claim makes a retried send
+//     find its message by _id. A conversation's newest messages, those of its bucket not yet
+//     full, are read (and changed) in their seq claims.
+//   - messageBuckets: the messages of a conversation, BucketSize to a document, whose _id is the
+//     conversation and the bucket's number (bucketID), written once, whole, when its last seq is
+//     stored (sealed). A page is one or two buckets, and the newest messages' claims.
 //   - messageChanges: the conversation's change numbers (versions) in order, BucketSize to a
 //     document, each with the seq it changed, so a reconnecting client's catch-up on edits reads
 //     the changes after its version by _id.
@@ -45,8 +46,7 @@ func bucketIDs(conversationID string, from, to int64) []string {
 	return ids
 }
 
-// bucketDoc is one bucket of a conversation's messages, in the order they were written (seq
-// order, except the tombstones that fill a failed writer's holes, see RecoverSeq).
+// bucketDoc is one sealed bucket of a conversation's messages, in seq order.
 type bucketDoc struct {
 	ID             string    `bson:"_id"`
 	ConversationID string    `bson:"conversationId"`
@@ -54,8 +54,7 @@ type bucketDoc struct {
 }
 
 // claimDoc takes a seq, or a client message id, of a conversation: Seq is the seq taken. A seq's
-// claim holds its message as first stored, so that a writer that fails between its claims and
-// its append loses nothing (RecoverSeq appends it from here).
+// claim holds its message: stored there, and read and changed there until its bucket is sealed.
 type claimDoc struct {
 	ID             string   `bson:"_id"`
 	ConversationID string   `bson:"conversationId"`
