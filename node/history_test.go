@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -244,5 +245,41 @@ func TestDeleteAccountLeavesNothingReadable(t *testing.T) {
 		t.Fatal("a token of the deleted account still opens a socket")
 	} else if de, ok := err.(*client.DialError); !ok || de.Status != http.StatusUnauthorized {
 		t.Fatalf("dial with the deleted account's token: %v; want 401", err)
+	}
+}
+
+// TestBucketSealedWithItsChanges: a conversation's messages are sealed into a bucket when they
+// fill it, by the owner from what it stored, with a change made before the seal (in the
+// message's claim) and a reaction made after it (in the bucket): the page shows both, and so does
+// the bucket as stored.
+func TestBucketSealedWithItsChanges(t *testing.T) {
+	env, _, alice, bob, dm := dmSetup(t)
+	ctx := ctxT(t, time.Minute)
+	for i := int64(1); i <= storage.BucketSize; i++ {
+		if _, err := alice.Send(ctx, dm.ID, fmt.Sprintf("m%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 3, Body: "m3, edited"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	buckets := testenv.Database(t, storage.Config{URI: env.MongoURI, Database: env.Database}).Collection("messageBuckets")
+	var sealed struct {
+		Messages []storage.Message `bson:"messages"`
+	}
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		return buckets.FindOne(ctx, bson.D{{Key: "_id", Value: dm.ID + "/000000000000"}}).Decode(&sealed)
+	})
+	if len(sealed.Messages) != storage.BucketSize || sealed.Messages[2].Body != "m3, edited" {
+		t.Fatalf("sealed bucket: %d messages, seq 3 %q; want %d with the edit", len(sealed.Messages), sealed.Messages[2].Body, storage.BucketSize)
+	}
+	if _, err := bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: dm.ID, Seq: 3, Emoji: "👍"}); err != nil {
+		t.Fatal(err)
+	}
+	page := history(t, bob, protocol.ClientFrame{ConversationID: dm.ID, After: ptr(int64(0)), Limit: 5})
+	if m := page.Messages[2]; m.Body != "m3, edited" || len(m.Reactions) != 1 {
+		t.Fatalf("seq 3 pages as %q with %d reactions; want the edit and bob's reaction", m.Body, len(m.Reactions))
 	}
 }

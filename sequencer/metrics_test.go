@@ -81,6 +81,8 @@ func (s *memStore) TombstoneSender(_ context.Context, id string, _ int64, userID
 
 func (s *memStore) SealBuckets(context.Context, string, int64, int64) error { return nil }
 
+func (s *memStore) SealBucket(context.Context, []storage.Message) error { return nil }
+
 func (s *memStore) InsertMessages(ctx context.Context, msgs []storage.Message) error {
 	s.mu.Lock()
 	gate, blocked := s.gate, s.blocked

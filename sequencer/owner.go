@@ -22,6 +22,11 @@ import (
 // recovered from the store on its next send.
 const maxCachedConversations = 10000
 
+// maxTailMessages bounds the messages of unsealed buckets one partition keeps (tail): about the
+// order of its recent answers. Past it the tails are dropped, and those buckets are sealed from
+// the store's claims instead.
+const maxTailMessages = 1 << 16
+
 // partition is one owned partition: a NATS subscription feeding a queue, and one goroutine that
 // drains the queue in batches. Only that goroutine touches convs and recent, so they need no lock.
 type partition struct {
@@ -34,6 +39,9 @@ type partition struct {
 	done       chan struct{}
 	convs      map[string]*conversationState
 	recent     *recentIDs
+	// tails counts the messages of the conversations' tails, roughly (a forgotten conversation's
+	// stay counted until the tails are next dropped).
+	tails int
 
 	// closed is set by stop once the subscription is gone. A delivery already under way when it
 	// went may still arrive: it is refused rather than queued after the loop has drained the queue,
@@ -54,6 +62,10 @@ type conversationState struct {
 	members     map[string]bool
 	lastSeq     int64
 	lastVersion int64
+	// tail is the stored messages of the conversation's bucket not full yet, from its first seq,
+	// as they are now, when this owner stored them all: sealed from here when it fills, with no
+	// read (storage.SealBucket). Empty when not known.
+	tail []storage.Message
 }
 
 // entry is one send of a batch on its way to the store, and what became of it.
@@ -277,32 +289,70 @@ func (p *partition) flush(batch []pending) {
 	p.seal(ctx, fresh)
 }
 
-// seal writes the buckets the batch's new messages filled (storage.SealBuckets), after the
-// answers, so that no ack waits for it. A seal that fails leaves the messages in their claims,
+// seal writes the buckets the batch's new messages filled, after the answers, so that no ack
+// waits for it: from the conversation's tail when this owner stored the whole bucket, else from
+// the store's claims (storage.SealBuckets). A seal that fails leaves the messages in their claims,
 // where they are read, and the next owner of the conversation seals the bucket.
 func (p *partition) seal(ctx context.Context, fresh []*entry) {
-	stored := make(map[string][2]int64) // the seqs stored per conversation, lowest and highest
-	for _, e := range fresh {
+	for _, e := range fresh { // by conversation, each in seq order
 		if e.stored == nil || !e.assigned {
 			continue
 		}
-		r, ok := stored[e.msg.ConversationID]
+		c, ok := p.convs[e.msg.ConversationID]
 		if !ok {
-			r = [2]int64{e.msg.Seq, e.msg.Seq}
-		}
-		stored[e.msg.ConversationID] = [2]int64{min(r[0], e.msg.Seq), max(r[1], e.msg.Seq)}
-	}
-	for conv, r := range stored {
-		// The bucket of the batch's first message, if the batch filled it: InsertMessages sealed
-		// those the batch holds whole.
-		first, last := r[0], r[1]
-		end := (first + storage.BucketSize - 1) / storage.BucketSize * storage.BucketSize
-		if end > last || first%storage.BucketSize == 1 {
 			continue
 		}
-		if err := p.seq.store.SealBuckets(ctx, conv, end, end); err != nil {
-			p.seq.log.Warn().Err(err).Str("conversation", conv).Msg("seal a full bucket; its messages stay in their claims")
+		var err error
+		switch full := p.extendTail(c, e.msg); {
+		case full != nil:
+			err = p.seq.store.SealBucket(ctx, full)
+		case e.msg.Seq%storage.BucketSize == 0:
+			err = p.seq.store.SealBuckets(ctx, e.msg.ConversationID, e.msg.Seq, e.msg.Seq)
 		}
+		if err != nil {
+			p.seq.log.Warn().Err(err).Str("conversation", e.msg.ConversationID).Msg("seal a full bucket; its messages stay in their claims")
+		}
+	}
+}
+
+// extendTail adds a stored message to its conversation's tail, and returns the tail when the
+// message filled its bucket (the tail is then emptied).
+func (p *partition) extendTail(c *conversationState, m storage.Message) []storage.Message {
+	switch n := len(c.tail); {
+	case m.Seq%storage.BucketSize == 1:
+		p.tails -= n
+		c.tail = []storage.Message{m}
+	case n > 0 && c.tail[n-1].Seq+1 == m.Seq:
+		c.tail = append(c.tail, m)
+	default: // a bucket begun before this owner knew the conversation
+		p.tails -= n
+		c.tail = nil
+		return nil
+	}
+	p.tails++
+	if len(c.tail) == storage.BucketSize {
+		full := c.tail
+		p.tails -= len(full)
+		c.tail = nil
+		return full
+	}
+	if p.tails > maxTailMessages {
+		p.tails = 0
+		for _, other := range p.convs {
+			other.tail = nil
+		}
+	}
+	return nil
+}
+
+// changeTail puts a changed message's new state into its conversation's tail, if it is there.
+func (p *partition) changeTail(m storage.Message) {
+	c, ok := p.convs[m.ConversationID]
+	if !ok || len(c.tail) == 0 {
+		return
+	}
+	if i := m.Seq - c.tail[0].Seq; i >= 0 && i < int64(len(c.tail)) {
+		c.tail[i] = m
 	}
 }
 
@@ -434,6 +484,8 @@ func (p *partition) erase(ctx context.Context, e *entry) {
 	id := e.req.ConversationID
 	c, err := p.conversation(ctx, id)
 	if err == nil {
+		p.tails -= len(c.tail)
+		c.tail = nil // the store's messages change under it
 		e.erased, err = p.seq.store.TombstoneSender(ctx, id, c.lastSeq, e.req.EraseSender)
 	}
 	if err != nil {
@@ -465,6 +517,9 @@ func (p *partition) storeChanges(ctx context.Context, entries []*entry, msgs *ba
 		err = p.seq.store.UpdateMessages(ctx, updates)
 	}
 	if err == nil {
+		for _, bm := range msgs.changed {
+			p.changeTail(bm.msg)
+		}
 		return
 	}
 	reason := failStore

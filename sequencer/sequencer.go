@@ -40,6 +40,7 @@ type Store interface {
 	RecordDeleted(ctx context.Context, conversationID string, seqs []int64) error
 	TombstoneSender(ctx context.Context, conversationID string, lastSeq int64, userID string) ([]int64, error)
 	SealBuckets(ctx context.Context, conversationID string, from, to int64) error
+	SealBucket(ctx context.Context, msgs []storage.Message) error
 }
 
 // SendRequest is one message to sequence, or with Op one change of a stored message (see

@@ -104,6 +104,14 @@ func (s *Store) InsertMessages(ctx context.Context, msgs []Message) (err error) 
 	return &DuplicateError{Index: i / 2, Err: err}
 }
 
+// SealBucket seals the bucket msgs fill (all BucketSize messages of it, as stored now) with one
+// insert and no read: the conversation's owner keeps the messages of its open bucket. A bucket
+// sealed already is left as it is.
+func (s *Store) SealBucket(ctx context.Context, msgs []Message) (err error) {
+	defer s.metrics.observe(opSealBuckets, time.Now(), &err)
+	return s.sealWhole(ctx, msgs)
+}
+
 // sealWhole seals the buckets whose every message is in msgs, from msgs, with one insert: a
 // large batch (a bulk load, a migration, a busy conversation's flush) fills whole buckets, and
 // needs no read to seal them. Sealed buckets are left as they are.
