@@ -219,7 +219,8 @@ func (c *seedConv) message(seq int64) storage.Message {
 	}
 }
 
-// seedBatches hands fn the messages of convs in batches of at most size, each conversation's in
+// seedBatches hands fn the messages of convs in batches of about size (a full one ends where a
+// bucket of its conversation begins, so no bucket is split), each conversation's in
 // seq order and the conversations one after another, with the counters that make each one's
 // lastSeq, preview and senders right once the batch is stored (as the owner's AdvanceCounters
 // after its insert).
@@ -236,6 +237,13 @@ func seedBatches(convs []*seedConv, size int, fn func([]storage.Message, map[str
 	}
 	for _, c := range convs {
 		for seq := int64(1); seq <= c.messages; seq++ {
+			// A full batch ends where a bucket begins, so each bucket is stored whole by one
+			// insert, which seals it, as the owner seals a bucket its batches filled.
+			if len(batch) >= size && seq%storage.BucketSize == 1 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
 			m := c.message(seq)
 			batch = append(batch, m)
 			k := counters[c.conv.ID]
@@ -246,11 +254,6 @@ func seedBatches(convs []*seedConv, size int, fn func([]storage.Message, map[str
 			k.Newest = &storage.MessagePreview{Seq: seq, SenderID: m.SenderID, Kind: m.Kind, Body: m.Body, CreatedAt: m.CreatedAt}
 			k.Senders[m.SenderID] = seq
 			counters[c.conv.ID] = k
-			if len(batch) == size {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
 		}
 	}
 	return flush()
