@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -294,7 +292,7 @@ func (p *partition) flush(batch []pending) {
 // the store's claims (storage.SealBuckets). A seal that fails leaves the messages in their claims,
 // where they are read, and the next owner of the conversation seals the bucket.
 func (p *partition) seal(ctx context.Context, fresh []*entry) {
-	for _, e := range fresh { // by conversation, each in seq order
+	for _, e := range fresh { // each conversation's in seq order
 		if e.stored == nil || !e.assigned {
 			continue
 		}
@@ -320,20 +318,18 @@ func (p *partition) seal(ctx context.Context, fresh []*entry) {
 func (p *partition) extendTail(c *conversationState, m storage.Message) []storage.Message {
 	switch n := len(c.tail); {
 	case m.Seq%storage.BucketSize == 1:
-		p.tails -= n
+		p.dropTail(c)
 		c.tail = []storage.Message{m}
 	case n > 0 && c.tail[n-1].Seq+1 == m.Seq:
 		c.tail = append(c.tail, m)
 	default: // a bucket begun before this owner knew the conversation
-		p.tails -= n
-		c.tail = nil
+		p.dropTail(c)
 		return nil
 	}
 	p.tails++
 	if len(c.tail) == storage.BucketSize {
 		full := c.tail
-		p.tails -= len(full)
-		c.tail = nil
+		p.dropTail(c)
 		return full
 	}
 	if p.tails > maxTailMessages {
@@ -343,6 +339,12 @@ func (p *partition) extendTail(c *conversationState, m storage.Message) []storag
 		}
 	}
 	return nil
+}
+
+// dropTail forgets a conversation's tail.
+func (p *partition) dropTail(c *conversationState) {
+	p.tails -= len(c.tail)
+	c.tail = nil
 }
 
 // changeTail puts a changed message's new state into its conversation's tail, if it is there.
@@ -484,8 +486,7 @@ func (p *partition) erase(ctx context.Context, e *entry) {
 	id := e.req.ConversationID
 	c, err := p.conversation(ctx, id)
 	if err == nil {
-		p.tails -= len(c.tail)
-		c.tail = nil // the store's messages change under it
+		p.dropTail(c) // the store's messages change under it
 		e.erased, err = p.seq.store.TombstoneSender(ctx, id, c.lastSeq, e.req.EraseSender)
 	}
 	if err != nil {
@@ -544,8 +545,6 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 		return
 	}
 	defer p.seq.metrics.inserted(time.Now())
-	// A conversation's messages together (in seq order still), so each bucket is one append.
-	slices.SortStableFunc(fresh, func(a, b *entry) int { return strings.Compare(a.msg.ConversationID, b.msg.ConversationID) })
 	rest := fresh
 	for len(rest) > 0 {
 		err := p.seq.store.InsertMessages(ctx, messagesOf(rest))
@@ -762,7 +761,7 @@ func memberSet(members []string) map[string]bool {
 
 // conversation returns the owner's state of a conversation, recovering it from the store on first
 // use: lastSeq is the larger of the counter and the highest claimed seq, since the claims are
-// the truth (storage.RecoverSeq, which also closes a failed writer's holes).
+// the truth (storage.RecoverSeq, which also seals a full bucket a failed owner left unsealed).
 func (p *partition) conversation(ctx context.Context, id string) (*conversationState, error) {
 	if c, ok := p.convs[id]; ok {
 		return c, nil

@@ -57,7 +57,7 @@ func (s *Store) Migrate(ctx context.Context, group int, progress func(MigratePro
 	if group <= 0 {
 		group = DefaultMigrateGroup
 	}
-	migrations := s.client.Database(s.conversations.Database().Name()).Collection(migrationsCollection)
+	migrations := s.conversations.Database().Collection(migrationsCollection)
 	state, err := findByID[migrationDoc](ctx, migrations, bucketsMigration)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err

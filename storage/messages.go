@@ -142,9 +142,7 @@ func (s *Store) SealBuckets(ctx context.Context, conversationID string, from, to
 	defer s.metrics.observe(opSealBuckets, time.Now(), &err)
 	var full []int64 // the buckets whose last seq is in from..to
 	for n := bucketNumber(max(from, 1)); (n+1)*BucketSize <= to; n++ {
-		if (n+1)*BucketSize >= from {
-			full = append(full, n)
-		}
+		full = append(full, n)
 	}
 	ids := make([]string, len(full))
 	for i, n := range full {
