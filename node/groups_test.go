@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,5 +166,126 @@ func TestGroupRolesAcrossNodes(t *testing.T) {
 	}
 	if v := grView(t, bob, g.ID); v.Group.Owner != "carol" || len(v.Group.Admins) != 0 {
 		t.Errorf("bob's view after the handover and alice's leaving: %+v; want carol the owner, no admins", v.Group)
+	}
+}
+
+// TestGroupModerationAcrossNodes: a banned member is removed and cannot be added back until
+// unbanned; slow mode refuses a member's second message within its interval with retryAfterMs,
+// not an admin's; an announcement group refuses members' messages but not their reactions; a
+// muted member reads but cannot send until unmuted. Members are on the other node from alice.
+func TestGroupModerationAcrossNodes(t *testing.T) {
+	_, c, g := grGroup(t, "bob", "carol")
+	alice, bob, carol := c["alice"], c["bob"], c["carol"] // bob on node B, carol on node A
+	ctx := ctxT(t, time.Minute)
+
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionBan, UserID: "carol"}); err != nil {
+		t.Fatalf("alice bans carol: %v", err)
+	}
+	testenv.Push(t, carol, 10*time.Second, func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeRemoved && f.ConversationID == g.ID
+	})
+	grSystem(t, bob, g.ID, "alice banned carol")
+	_, err := grRequest(t, alice, protocol.ClientFrame{Type: protocol.TypeAddMembers, ConversationID: g.ID, Members: []string{"carol"}})
+	wantRefusal(t, "adding banned carol back", err, protocol.CodeForbidden, "carol is banned from this group")
+	if v := grView(t, bob, g.ID); !slices.Equal(v.Group.Banned, []string{"carol"}) || slices.Contains(v.Members, "carol") {
+		t.Fatalf("bob's view after the ban: members %v, banned %v", v.Members, v.Group.Banned)
+	}
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionUnban, UserID: "carol"}); err != nil {
+		t.Fatalf("alice unbans carol: %v", err)
+	}
+	if _, err := grRequest(t, alice, protocol.ClientFrame{Type: protocol.TypeAddMembers, ConversationID: g.ID, Members: []string{"carol"}}); err != nil {
+		t.Fatalf("adding carol back after the unban: %v", err)
+	}
+
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionSlowMode, Seconds: 30}); err != nil {
+		t.Fatalf("alice turns slow mode on: %v", err)
+	}
+	if _, err := bob.Send(ctx, g.ID, "first"); err != nil {
+		t.Fatalf("bob's first message in slow mode: %v", err)
+	}
+	r, err := bob.Send(ctx, g.ID, "second")
+	pe := wantCode(t, "bob's second message within 30 s", err, protocol.CodeRateLimited)
+	if r.RetryAfterMs <= 0 || r.RetryAfterMs > 30000 || !pe.Retryable {
+		t.Errorf("slow mode refusal: retryAfterMs %d, retryable %v; want 1..30000, retryable", r.RetryAfterMs, pe.Retryable)
+	}
+	for i := range 2 {
+		if _, err := alice.Send(ctx, g.ID, "admins are exempt"); err != nil {
+			t.Fatalf("alice's message %d in slow mode: %v", i+1, err)
+		}
+	}
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionSlowMode, Seconds: 0}); err != nil {
+		t.Fatalf("alice turns slow mode off: %v", err)
+	}
+
+	on := true
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionAnnouncement, Enabled: &on}); err != nil {
+		t.Fatalf("alice makes an announcement group: %v", err)
+	}
+	_, err = bob.Send(ctx, g.ID, "may I?")
+	wantRefusal(t, "bob's message in an announcement group", err, protocol.CodeForbidden, "only admins post in this announcement group")
+	news, err := alice.Send(ctx, g.ID, "news")
+	if err != nil {
+		t.Fatalf("alice posts in her announcement group: %v", err)
+	}
+	if _, err := grRequest(t, bob, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: g.ID, Seq: news.Seq, Emoji: "👍"}); err != nil {
+		t.Fatalf("bob reacts in an announcement group: %v", err)
+	}
+	off := false
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionAnnouncement, Enabled: &off}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionMute, UserID: "bob", Seconds: 600}); err != nil {
+		t.Fatalf("alice mutes bob: %v", err)
+	}
+	_, err = bob.Send(ctx, g.ID, "muted?")
+	wantCode(t, "muted bob's message", err, protocol.CodeForbidden)
+	grSystem(t, bob, g.ID, "alice muted bob for 600 seconds") // he still reads
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionUnmute, UserID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.Send(ctx, g.ID, "thanks"); err != nil {
+		t.Fatalf("bob after his unmute: %v", err)
+	}
+}
+
+// TestGroupConcurrentPromoteAndRemove: the owner promotes carol on one node while an admin
+// removes her on the other, many times over: the owner orders the two, so either she was removed
+// (the promotion then refused: not in the group) or promoted (the removal then refused: only the
+// owner removes an admin), and both nodes' views agree.
+func TestGroupConcurrentPromoteAndRemove(t *testing.T) {
+	nodes, c, g := grGroup(t, "bob")
+	alice, bob := c["alice"], c["bob"] // alice on node A, bob on node B
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionPromote, UserID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	login(t, nodes[0], "carol")
+	for round := range 5 {
+		if _, err := grRequest(t, alice, protocol.ClientFrame{Type: protocol.TypeAddMembers, ConversationID: g.ID, Members: []string{"carol"}}); err != nil {
+			t.Fatalf("round %d: add carol: %v", round, err)
+		}
+		var promoted, removed error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			promoted = grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionPromote, UserID: "carol"})
+		})
+		wg.Go(func() {
+			_, removed = grRequest(t, bob, protocol.ClientFrame{Type: protocol.TypeRemoveMember, ConversationID: g.ID, UserID: "carol"})
+		})
+		wg.Wait()
+		if (promoted == nil) == (removed == nil) {
+			t.Fatalf("round %d: promote %v, remove %v; want exactly one to succeed", round, promoted, removed)
+		}
+		va, vb := grView(t, alice, g.ID), grView(t, bob, g.ID)
+		in, admin := slices.Contains(va.Members, "carol"), slices.Contains(va.Group.Admins, "carol")
+		if in != (promoted == nil) || admin != in || !slices.Equal(va.Members, vb.Members) || !slices.Equal(va.Group.Admins, vb.Group.Admins) {
+			t.Fatalf("round %d: node A sees members %v admins %v, node B members %v admins %v (promote %v, remove %v)",
+				round, va.Members, va.Group.Admins, vb.Members, vb.Group.Admins, promoted, removed)
+		}
+		if in { // back to the start: alice removes her
+			if _, err := grRequest(t, alice, protocol.ClientFrame{Type: protocol.TypeRemoveMember, ConversationID: g.ID, UserID: "carol"}); err != nil {
+				t.Fatalf("round %d: alice removes admin carol: %v", round, err)
+			}
+		}
 	}
 }
