@@ -134,10 +134,11 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("%s's connection got frames from refused operations: %+v", c.user, got)
 		}
 	}
-	// Changes of stored messages are judged by the conversation's owner, which has the message
-	// as stored (and refused them above storing nothing: no device got a frame); everything
-	// else is refused before it reaches the sequencer.
-	sent := slices.DeleteFunc(ts.sender.sent()[requests:], func(r sequencer.SendRequest) bool { return r.Op != "" })
+	// Changes of stored messages and of a group's members are judged by the conversation's
+	// owner, which has the message and the group's roles as stored (and refused them above
+	// storing nothing: no device got a frame); everything else is refused before it reaches the
+	// sequencer.
+	sent := slices.DeleteFunc(ts.sender.sent()[requests:], func(r sequencer.SendRequest) bool { return r.Op != "" || r.Group != nil })
 	if len(sent) > 0 {
 		t.Errorf("refused operations sent to the sequencer: %+v", sent)
 	}
@@ -178,7 +179,9 @@ func TestRefusalsAllowMembers(t *testing.T) {
 		{"read in a group", func(ctx context.Context, s *Service) error { return s.Read(ctx, "bob", group, 1) }},
 		{"receipts", func(ctx context.Context, s *Service) error { _, err := s.Receipts(ctx, "bob", dm, 1); return err }},
 		{"typing", func(_ context.Context, s *Service) error { return s.Typing("bob", dm) }},
-		{"add", func(ctx context.Context, s *Service) error { return s.AddMembers(ctx, "bob", group, []string{"carol"}) }},
+		{"the owner adds", func(ctx context.Context, s *Service) error {
+			return s.AddMembers(ctx, "alice", group, []string{"carol"})
+		}},
 		{"delete own message", func(ctx context.Context, s *Service) error { return s.DeleteMessage(ctx, "alice", dm, 1) }},
 		{"delete it twice", func(ctx context.Context, s *Service) error {
 			if err := s.DeleteMessage(ctx, "alice", dm, 1); !errors.Is(err, protocol.ErrForbidden) {

@@ -6,9 +6,11 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/group"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
@@ -58,24 +60,6 @@ func (r *memberRecords) MissingUsers(_ context.Context, ids []string) ([]string,
 	return out, nil
 }
 
-func (r *memberRecords) AddMembers(_ context.Context, id string, userIDs []string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c := r.convs[id]
-	c.Members = append(c.Members, userIDs...)
-	r.convs[id] = c
-	return nil
-}
-
-func (r *memberRecords) RemoveMember(_ context.Context, id, userID string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c := r.convs[id]
-	c.Members = slices.DeleteFunc(slices.Clone(c.Members), func(m string) bool { return m == userID })
-	r.convs[id] = c
-	return nil
-}
-
 func (r *memberRecords) DeleteAccount(context.Context, string) (storage.DeletedAccount, error) {
 	return storage.DeletedAccount{}, nil
 }
@@ -94,8 +78,9 @@ func (r *memberRecords) ConversationsOf(_ context.Context, userID string) ([]sto
 
 // announcements is a Sender that records the system messages it is asked to sequence.
 type announcements struct {
-	mu   sync.Mutex
-	said []string
+	records *memberRecords
+	mu      sync.Mutex
+	said    []string
 }
 
 func (a *announcements) Send(_ context.Context, req sequencer.SendRequest) (protocol.Message, error) {
@@ -106,6 +91,28 @@ func (a *announcements) Send(_ context.Context, req sequencer.SendRequest) (prot
 	}
 	a.said = append(a.said, req.Body)
 	return protocol.Message{ConversationID: req.ConversationID, Seq: int64(len(a.said)), Kind: req.Kind, Body: req.Body}, nil
+}
+
+// Administer checks and makes a group change in records, by the group's rules, as the owner
+// does, and records the system message that tells the group.
+func (a *announcements) Administer(_ context.Context, req sequencer.SendRequest) (protocol.Message, storage.GroupUpdate, error) {
+	a.records.mu.Lock()
+	c, ok := a.records.convs[req.ConversationID]
+	var res group.Result
+	var err error = protocol.ErrNotMember
+	if ok && c.IsMember(req.SenderID) {
+		if res, err = group.Apply(group.Of(c), req.SenderID, *req.Group, time.Now()); err == nil && res.Changed {
+			a.records.convs[c.ID] = group.Applied(c, res.Update)
+		}
+	}
+	a.records.mu.Unlock()
+	if err != nil || !res.Changed {
+		return protocol.Message{ConversationID: req.ConversationID}, storage.GroupUpdate{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.said = append(a.said, res.Body)
+	return protocol.Message{ConversationID: req.ConversationID, Seq: int64(len(a.said)), Kind: protocol.KindSystem, Body: res.Body}, res.Update, nil
 }
 
 func (a *announcements) Reload(context.Context, string) error { return nil }
@@ -133,7 +140,7 @@ func newMembershipPart(users ...string) membershipPart {
 	for _, u := range users {
 		records.users[u] = true
 	}
-	blocks, said, bus := newBlockRecords(users...), &announcements{}, &publishedBus{}
+	blocks, said, bus := newBlockRecords(users...), &announcements{records: records}, &publishedBus{}
 	l := newLive(Config{LiveReceiptsMaxMembers: 32}, bus, zerolog.Nop())
 	m := &membership{live: l, store: records, seq: said, blocks: &blocking{live: l, store: blocks}}
 	return membershipPart{membership: m, records: records, blocks: blocks, said: said, bus: bus}
@@ -150,8 +157,8 @@ func (p membershipPart) online(user string) *fakeConn {
 
 // TestMembershipPartGroup: a group's creator has it at once, every member is told; adding and
 // removing are announced through the owner and told to whom they concern; a member who is not
-// its creator cannot remove others, anyone may leave; a DM's members cannot change; unknown users
-// are not found.
+// its owner or an admin cannot remove others, anyone but the owner may leave (the owner hands the
+// group over first); a DM's members cannot change; unknown users are not found.
 func TestMembershipPartGroup(t *testing.T) {
 	p := newMembershipPart("alice", "bob", "carol")
 	ctx := t.Context()
@@ -175,10 +182,16 @@ func TestMembershipPartGroup(t *testing.T) {
 	if err := p.RemoveMember(ctx, "alice", g.ID, "bob"); err != nil {
 		t.Fatal(err)
 	}
+	if err := p.RemoveMember(ctx, "alice", g.ID, "alice"); !errors.Is(err, protocol.ErrForbidden) {
+		t.Fatalf("the owner leaves without handing over: %v; want forbidden", err)
+	}
+	if err := p.Moderate(ctx, "alice", g.ID, ModerateRequest{Action: protocol.ActionTransfer, UserID: "carol"}); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.RemoveMember(ctx, "alice", g.ID, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.said.all(); !slices.Equal(got, []string{"alice added carol", "alice removed bob", "alice left"}) {
+	if got := p.said.all(); !slices.Equal(got, []string{"alice added carol", "alice removed bob", "alice handed the group over to carol", "alice left"}) {
 		t.Fatalf("announced %q", got)
 	}
 	if c, _ := p.records.Conversation(ctx, g.ID); !slices.Equal(c.Members, []string{"carol"}) {
@@ -203,7 +216,7 @@ func TestMembershipPartGroup(t *testing.T) {
 	}
 	p.applyJoin("bob", k, nil) // as the joined event does on bob's node
 	if err := p.RemoveMember(ctx, "bob", k.ID, "carol"); !errors.Is(err, protocol.ErrForbidden) {
-		t.Fatalf("a member who did not create the group removes another: %v; want forbidden", err)
+		t.Fatalf("a member who is not an admin removes another: %v; want forbidden", err)
 	}
 	if err := p.RemoveMember(ctx, "bob", k.ID, "bob"); err != nil {
 		t.Fatalf("a member leaves: %v", err)
@@ -272,6 +285,10 @@ func (o *owned) Send(_ context.Context, req sequencer.SendRequest) (protocol.Mes
 func (o *owned) Reload(context.Context, string) error { return nil }
 
 func (o *owned) EraseSender(context.Context, string, string) ([]int64, error) { return nil, nil }
+
+func (o *owned) Administer(context.Context, sequencer.SendRequest) (protocol.Message, storage.GroupUpdate, error) {
+	return protocol.Message{}, storage.GroupUpdate{}, errors.New("messaging changes no group")
+}
 
 func (o *owned) ConversationsOf(context.Context, string) ([]storage.Conversation, error) {
 	return nil, nil

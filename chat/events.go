@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/chatd/chatd/group"
 	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
@@ -358,6 +359,6 @@ func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversa
 	return protocol.Conversation{
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,
 		ReadSeq: read, Unread: storage.Unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt, CreatedBy: c.CreatedBy,
-		Version: c.LastVersion, LastMessage: preview,
+		Version: c.LastVersion, LastMessage: preview, Group: group.View(c, time.Now()),
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/chatd/chatd/group"
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
@@ -414,6 +415,28 @@ func (f *fakeStore) RemoveMember(_ context.Context, id, userID string) error {
 	return nil
 }
 
+// administer is the owner's part of a group change: the group's rules checked against the
+// conversation as stored, and the change written; it returns the system message to sequence
+// ("" for a change that changed nothing).
+func (f *fakeStore) administer(req sequencer.SendRequest) (storage.GroupUpdate, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.convs[req.ConversationID]
+	if !ok || !c.IsMember(req.SenderID) {
+		return storage.GroupUpdate{}, "", protocol.ErrNotMember
+	}
+	res, err := group.Apply(group.Of(c), req.SenderID, *req.Group, time.Now())
+	if err != nil || !res.Changed {
+		return storage.GroupUpdate{}, "", err
+	}
+	f.convs[c.ID] = group.Applied(c, res.Update)
+	f.createCursorsLocked(c.ID, res.Update.Add)
+	if res.Update.Remove != "" {
+		delete(f.cursors, cursorKey{res.Update.Remove, c.ID})
+	}
+	return res.Update, res.Body, nil
+}
+
 func (f *fakeStore) removeMemberLocked(id, userID string) {
 	if c, ok := f.convs[id]; ok {
 		c.Members = slices.DeleteFunc(slices.Clone(c.Members), func(m string) bool { return m == userID })
@@ -754,6 +777,25 @@ func (f *fakeSender) Send(_ context.Context, req sequencer.SendRequest) (protoco
 	}
 	f.bus.publishMessage(wire.ConversationID, data)
 	return wire, nil
+}
+
+// Administer is the owner's part of a group change: the store checks and writes it, and the
+// system message that tells the group is sequenced like any.
+func (f *fakeSender) Administer(ctx context.Context, req sequencer.SendRequest) (protocol.Message, storage.GroupUpdate, error) {
+	f.mu.Lock()
+	f.requests = append(f.requests, req)
+	fail := f.fail
+	f.mu.Unlock()
+	if fail != nil {
+		return protocol.Message{}, storage.GroupUpdate{}, fail
+	}
+	u, body, err := f.store.administer(req)
+	if err != nil || body == "" {
+		return protocol.Message{ConversationID: req.ConversationID}, u, err
+	}
+	m, err := f.Send(ctx, sequencer.SendRequest{ConversationID: req.ConversationID, SenderID: req.SenderID,
+		ClientMsgID: req.ClientMsgID, Kind: protocol.KindSystem, Body: body})
+	return m, u, err
 }
 
 // EraseSender is the owner's part of an account deletion: the sender's messages in the

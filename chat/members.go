@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/group"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
@@ -19,8 +19,6 @@ type memberStore interface {
 	Conversation(ctx context.Context, id string) (storage.Conversation, error)
 	EnsureConversation(ctx context.Context, c storage.Conversation) (storage.Conversation, error)
 	MissingUsers(ctx context.Context, ids []string) ([]string, error)
-	AddMembers(ctx context.Context, id string, userIDs []string) error
-	RemoveMember(ctx context.Context, id, userID string) error
 	DeleteAccount(ctx context.Context, userID string) (storage.DeletedAccount, error)
 	ConversationsOf(ctx context.Context, userID string) ([]storage.Conversation, error)
 }
@@ -125,8 +123,8 @@ func (s *membership) announce(ctx context.Context, convID, actor, body string) (
 	return m, nil
 }
 
-// AddMembers adds users to a group userID is in; any member may add, but not a user with a block
-// between them and the adder.
+// AddMembers adds users to a group userID is in, when the group's rules let userID add (see the
+// group package; its owner checks them), but not a user with a block between them and the adder.
 func (s *membership) AddMembers(ctx context.Context, userID, convID string, members []string) error {
 	c, err := s.group(ctx, userID, convID)
 	if err != nil {
@@ -151,48 +149,31 @@ func (s *membership) AddMembers(ctx context.Context, userID, convID string, memb
 	if err := s.blocks.checkAdd(ctx, userID, added); err != nil {
 		return err
 	}
-	if err := s.store.AddMembers(ctx, c.ID, added); err != nil {
-		return fmt.Errorf("add members to %s: %w", c.ID, err)
-	}
-	m, err := s.announce(ctx, c.ID, userID, userID+" added "+strings.Join(added, ", "))
+	m, u, err := s.administer(ctx, userID, c.ID, group.Op{Action: group.OpAdd, Users: added})
 	if err != nil {
 		return err
 	}
 	// The new members' nodes may hear of the join after the announcement went by: the view
 	// includes it, so their clients page it from history.
-	c.Members = append(c.Members, added...)
-	view := toView(c, position{}, m.Seq)
-	for _, m := range added {
+	view := toView(group.Applied(c, u), position{}, m.Seq)
+	for _, m := range u.Add {
 		s.publishUser(m, userEvent{Type: userJoined, Conversation: &view, DeletedSeqs: c.DeletedSeqs})
 	}
 	return nil
 }
 
-// RemoveMember takes target out of a group: the creator may remove anyone, everyone may leave
-// (target == userID).
+// RemoveMember takes target out of a group, when the group's rules let userID remove them (see
+// the group package; its owner checks them); everyone but its owner may leave (target == userID).
 func (s *membership) RemoveMember(ctx context.Context, userID, convID, target string) error {
-	c, err := s.group(ctx, userID, convID)
+	if _, err := s.group(ctx, userID, convID); err != nil {
+		return err
+	}
+	_, u, err := s.administer(ctx, userID, convID, group.Op{Action: group.OpRemove, Users: []string{target}})
 	if err != nil {
 		return err
 	}
-	if target != userID && c.CreatedBy != userID {
-		return protocol.Refuse(protocol.ErrForbidden, "only the group's creator can remove members")
-	}
-	if !c.IsMember(target) {
-		return protocol.Refuse(protocol.ErrNotFound, "%s is not in this group", target)
-	}
-	if err := s.store.RemoveMember(ctx, convID, target); err != nil {
-		return fmt.Errorf("remove %s from %s: %w", target, convID, err)
-	}
-	body := userID + " removed " + target
-	if target == userID {
-		body = target + " left"
-	}
-	// Here at once, so the removed user's next frame is refused; the bus tells the other nodes.
-	s.applyLeave(target, convID)
-	s.publishUser(target, userEvent{Type: userLeft, ConvID: convID})
-	_, err = s.announce(ctx, convID, userID, body)
-	return err
+	s.removed(convID, u)
+	return nil
 }
 
 // HideConversation deletes a conversation for the user only: out of their list, everything so far

@@ -44,6 +44,7 @@ type Sender interface {
 	Send(ctx context.Context, req sequencer.SendRequest) (protocol.Message, error)
 	Reload(ctx context.Context, conversationID string) error
 	EraseSender(ctx context.Context, conversationID, userID string) ([]int64, error)
+	Administer(ctx context.Context, req sequencer.SendRequest) (protocol.Message, storage.GroupUpdate, error)
 }
 
 // Reads coalesces read-cursor moves; readstate implements it.

@@ -39,6 +39,9 @@ type Change struct {
 	Body string
 	// Emoji is the reaction added or taken away.
 	Emoji string
+	// Admin says UserID runs the message's group: they may delete any member's message, and the
+	// tombstone records them (RemovedBy).
+	Admin bool
 }
 
 // Apply checks change c against the stored message m and makes it in m, giving m version when it
@@ -59,12 +62,17 @@ func Apply(m *storage.Message, c Change, version int64, at time.Time) (bool, err
 	}
 	switch c.Op {
 	case OpEdit, OpDelete:
-		if m.SenderID != c.UserID {
+		mine := m.SenderID == c.UserID
+		if !mine && (c.Op != OpDelete || !c.Admin) {
 			return false, protocol.Refuse(protocol.ErrForbidden, "message %d is not yours to %s", m.Seq, c.Op)
 		}
 		if c.Op == OpDelete {
+			removedBy := ""
+			if !mine {
+				removedBy = c.UserID
+			}
 			*m = storage.Message{ConversationID: m.ConversationID, Seq: m.Seq, SenderID: m.SenderID,
-				Kind: protocol.KindDeleted, CreatedAt: m.CreatedAt, ClientMsgID: m.ClientMsgID}
+				Kind: protocol.KindDeleted, CreatedAt: m.CreatedAt, ClientMsgID: m.ClientMsgID, RemovedBy: removedBy}
 			break
 		}
 		if m.Body == c.Body {
@@ -161,6 +169,7 @@ func View(m storage.Message, viewer string) protocol.Message {
 		ReplyTo:        m.ReplyTo,
 		Version:        m.Version,
 		EditedAt:       m.EditedAt,
+		RemovedBy:      m.RemovedBy,
 	}
 	if q := m.Quote; q != nil {
 		w.Quote = &protocol.Quote{SenderID: q.SenderID, Body: q.Body, Deleted: q.Deleted}

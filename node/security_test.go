@@ -384,7 +384,9 @@ func TestSecurityIdentityComesFromTheSession(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	alice := connectReady(t, n, "alice")
 	bob := connectReady(t, n, "bob")
-	group := openGroup(t, bob, map[string]*client.Conn{"alice": alice})
+	// Carol owns the group: its admins may delete any member's message, and bob is not one.
+	carol := connectReady(t, n, "carol")
+	group := openGroup(t, carol, map[string]*client.Conn{"alice": alice, "bob": bob})
 	forged := fmt.Sprintf(`{"type":"send","id":"forge1","conversationId":%q,"clientMsgId":%q,"body":"from bob, honest",`+
 		`"senderId":"bob","userId":"bob","SenderID":"bob"}`, group.ID, uuid.NewString())
 	if err := alice.WriteRaw(ctx, []byte(forged)); err != nil {

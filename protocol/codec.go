@@ -169,6 +169,8 @@ func (f *ClientFrame) Validate() error {
 			}
 		}
 		return nil
+	case TypeModerate:
+		return f.validateModerate()
 	case "":
 		return Errorf(CodeInvalidField, "type is required")
 	default:

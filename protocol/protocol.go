@@ -102,6 +102,8 @@ type Message struct {
 	EditedAt *time.Time `json:"editedAt,omitempty"`
 	// Reactions are the counts per emoji, in the order each emoji was first used.
 	Reactions []Reaction `json:"reactions,omitempty"`
+	// RemovedBy is the admin who deleted this message of another member (a tombstone).
+	RemovedBy string `json:"removedBy,omitempty"`
 }
 
 // Quote is the start of a replied-to message as it was when the reply was sent; Deleted says the
@@ -138,11 +140,13 @@ type Conversation struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// LastMessage is the start of the newest message, for the conversation list.
 	LastMessage *MessagePreview `json:"lastMessage,omitempty"`
-	// CreatedBy is who created a group (the only member who may remove others), or opened a DM.
+	// CreatedBy is who created a group, or opened a DM.
 	CreatedBy string `json:"createdBy,omitempty"`
 	// Version is the conversation's latest change number (edits, reactions, deletions); a sync
 	// with versions catches up on the changes after the one a client holds.
 	Version int64 `json:"version,omitempty"`
+	// Group is how a group is run: roles, settings, pins (see groups.go); nil on a DM.
+	Group *GroupInfo `json:"group,omitempty"`
 }
 
 // MessagePreview is the start of a message (at most QuoteBytes of its body) as a conversation list
@@ -215,6 +219,11 @@ type ClientFrame struct {
 	UserIDs []string `json:"userIds,omitempty"`
 	// Query is the start of a name find_users looks for.
 	Query string `json:"query,omitempty"`
+	// Action, Topic, Enabled and Seconds are a moderate frame's (see groups.go).
+	Action  string `json:"action,omitempty"`
+	Topic   string `json:"topic,omitempty"`
+	Enabled *bool  `json:"enabled,omitempty"`
+	Seconds int64  `json:"seconds,omitempty"`
 }
 
 // ServerFrame is every frame the server sends; fields not used by a type are omitted. A message

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/group"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/storage"
@@ -52,6 +53,13 @@ func (s *memStore) Conversation(_ context.Context, id string) (storage.Conversat
 		return storage.Conversation{}, storage.ErrNotFound
 	}
 	return c, nil
+}
+
+func (s *memStore) UpdateGroup(_ context.Context, id string, u storage.GroupUpdate) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.convs[id] = group.Applied(s.convs[id], u)
+	return nil
 }
 
 func (s *memStore) RecoverSeq(_ context.Context, id string) (int64, error) {

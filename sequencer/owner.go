@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/group"
 	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
@@ -64,6 +65,12 @@ type conversationState struct {
 	// as they are now, when this owner stored them all: sealed from here when it fills, with no
 	// read (storage.SealBucket). Empty when not known.
 	tail []storage.Message
+
+	// kind, name, createdBy and admin are how a group is run (see groups.go); lastSent is when
+	// each member last sent, kept only in slow mode.
+	kind, name, createdBy string
+	admin                 *storage.GroupAdmin
+	lastSent              map[string]time.Time
 }
 
 // entry is one send of a batch on its way to the store, and what became of it.
@@ -83,6 +90,8 @@ type entry struct {
 	change *Change
 	// erased are the seqs an EraseSender request made tombstones.
 	erased []int64
+	// group is what a Group request changed.
+	group *storage.GroupUpdate
 }
 
 // batchMessages holds the stored messages a batch reads and changes, each read once: a reply's
@@ -247,7 +256,11 @@ func (p *partition) flush(batch []pending) {
 			p.change(ctx, e, key, msgs)
 			continue
 		}
-		p.assign(ctx, e, key, msgs)
+		if pd.req.Group != nil {
+			p.administer(ctx, e, key, msgs)
+		} else {
+			p.assign(ctx, e, key, msgs)
+		}
 		if e.assigned {
 			fresh = append(fresh, e)
 		}
@@ -280,7 +293,7 @@ func (p *partition) flush(batch []pending) {
 		}
 		r := answer(e.result, e.refused)
 		if e.result != nil {
-			r.Erased = e.erased
+			r.Erased, r.Group = e.erased, e.group
 		}
 		p.respond(batch[i].replyTo, r)
 	}
@@ -390,7 +403,7 @@ func (p *partition) member(ctx context.Context, e *entry, key string) *conversat
 // gets the quote of the message it answers.
 func (p *partition) assign(ctx context.Context, e *entry, key string, msgs *batchMessages) {
 	c := p.member(ctx, e, key)
-	if c == nil {
+	if c == nil || !p.checkSend(c, e) {
 		return
 	}
 	var quote *storage.Quote
@@ -454,7 +467,9 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 	if bm == nil {
 		return
 	}
-	changed, err := message.Apply(&bm.msg, e.req.MessageChange(), c.lastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
+	ch := e.req.MessageChange()
+	ch.Admin = group.IsAdmin(c.groupOf(), e.req.SenderID)
+	changed, err := message.Apply(&bm.msg, ch, c.lastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
 	if err != nil {
 		var refusal *protocol.Error
 		if !errors.As(err, &refusal) {
@@ -472,8 +487,8 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 			msgs.changed = append(msgs.changed, bm)
 		}
 		bm.textChanged = bm.textChanged || e.req.Op == message.OpEdit || e.req.Op == message.OpDelete
-		ch := ChangeOf(bm.msg, e.req, len(c.members))
-		e.change = &ch
+		published := ChangeOf(bm.msg, e.req, len(c.members))
+		e.change = &published
 	}
 	m := message.View(bm.msg, "")
 	e.result = &m
@@ -748,7 +763,7 @@ func (p *partition) reload(ctx context.Context, id string) {
 		delete(p.convs, id)
 		return
 	}
-	c.members = memberSet(conv.Members)
+	c.hold(conv)
 }
 
 func memberSet(members []string) map[string]bool {
@@ -777,7 +792,8 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 	if high > conv.LastSeq {
 		p.republish(ctx, id, max(conv.LastSeq+1, high-int64(p.seq.cfg.MaxBatch)+1), high)
 	}
-	c := &conversationState{members: memberSet(conv.Members), lastSeq: max(conv.LastSeq, high), lastVersion: conv.LastVersion}
+	c := &conversationState{lastSeq: max(conv.LastSeq, high), lastVersion: conv.LastVersion}
+	c.hold(conv)
 	if len(p.convs) >= maxCachedConversations {
 		for evict := range p.convs {
 			delete(p.convs, evict)

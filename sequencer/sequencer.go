@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/group"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 )
@@ -41,6 +42,7 @@ type Store interface {
 	TombstoneSender(ctx context.Context, conversationID string, lastSeq int64, userID string) ([]int64, error)
 	SealBuckets(ctx context.Context, conversationID string, from, to int64) error
 	SealBucket(ctx context.Context, msgs []storage.Message) error
+	UpdateGroup(ctx context.Context, id string, u storage.GroupUpdate) error
 }
 
 // SendRequest is one message to sequence, or with Op one change of a stored message (see
@@ -64,6 +66,8 @@ type SendRequest struct {
 	// EraseSender makes the owner turn every message of that (deleted) account in the
 	// conversation into a tombstone without a sender; nothing else is stored.
 	EraseSender string `json:"eraseSender,omitempty"`
+	// Group makes the request an administrative change of a group by SenderID (see groups.go).
+	Group *group.Op `json:"group,omitempty"`
 }
 
 // reply is what an owner answers a SendRequest with: the message as stored (after a change, its
@@ -76,6 +80,10 @@ type reply struct {
 	Code      string  `json:"code,omitempty"`
 	Reason    string  `json:"reason,omitempty"`
 	Retryable bool    `json:"retryable,omitempty"`
+
+	// Group is what a Group request changed; RetryAfterMs is a refusal's RetryAfter.
+	Group        *storage.GroupUpdate `json:"group,omitempty"`
+	RetryAfterMs int64                `json:"retryAfterMs,omitempty"`
 }
 
 // answer is the reply of a request that ended with m, or with refusal when that is not nil.
@@ -83,7 +91,7 @@ func answer(m *protocol.Message, refusal *protocol.Error) reply {
 	if refusal == nil {
 		return reply{Message: m}
 	}
-	return reply{Code: refusal.Code, Reason: refusal.Message, Retryable: refusal.Retryable}
+	return reply{Code: refusal.Code, Reason: refusal.Message, Retryable: refusal.Retryable, RetryAfterMs: refusal.RetryAfter.Milliseconds()}
 }
 
 // refusal is the refusal r carries, nil when it carries none.
@@ -91,7 +99,7 @@ func (r reply) refusal() *protocol.Error {
 	if r.Code == "" {
 		return nil
 	}
-	return &protocol.Error{Code: r.Code, Message: r.Reason, Retryable: r.Retryable}
+	return &protocol.Error{Code: r.Code, Message: r.Reason, Retryable: r.Retryable, RetryAfter: time.Duration(r.RetryAfterMs) * time.Millisecond}
 }
 
 // Sequencer sends messages to partition owners and, for the partitions this node owns, is the owner.

@@ -153,6 +153,10 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 		return ok, r.chat.RemoveMember(ctx, uid, conv, f.UserID)
 	case protocol.TypeLeave:
 		return ok, r.chat.RemoveMember(ctx, uid, conv, uid)
+	case protocol.TypeModerate:
+		enabled := f.Enabled != nil && *f.Enabled
+		return ok, r.chat.Moderate(ctx, uid, conv, chat.ModerateRequest{Action: f.Action, UserID: f.UserID, Name: f.Name,
+			Topic: f.Topic, Enabled: enabled, Seconds: f.Seconds, Seq: f.Seq})
 	case protocol.TypeDeleteMessage:
 		return ok, r.chat.DeleteMessage(ctx, uid, conv, f.Seq)
 	case protocol.TypeEditMessage:

@@ -45,6 +45,8 @@ type Conversation struct {
 	Senders   map[string]int64 `bson:"senders,omitempty"`
 	CreatedBy string           `bson:"createdBy"`
 	CreatedAt time.Time        `bson:"createdAt"`
+	// Admin is how a group is run (roles, settings, moderation; see groups.go); nil on a DM.
+	Admin *GroupAdmin `bson:"admin,omitempty"`
 }
 
 // counterDoc holds what a conversation's owner advances with every batch, in a document of its

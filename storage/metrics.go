@@ -32,6 +32,7 @@ const (
 	opAdvanceCounters      = op("advance_counters")
 	opAddMembers           = op("add_members")
 	opRemoveMember         = op("remove_member")
+	opUpdateGroup          = op("update_group")
 	opHideConversation     = op("hide_conversation")
 	opAdvanceCursors       = op("advance_cursors")
 	opCursorsOf            = op("cursors_of")
@@ -67,7 +68,7 @@ const (
 
 var ops = []op{
 	opPing, opInsertMessages, opMessageByClientID, opRecoverSeq, opMessageRange, opExplainMessagePage, opTombstoneSender, opSealBuckets, opMigrate, opUpdateMessages,
-	opChangedMessages, opRecordDeleted, opEnsureConversation, opConversation, opConversationsOf, opAdvanceCounters, opAddMembers, opRemoveMember,
+	opChangedMessages, opRecordDeleted, opEnsureConversation, opConversation, opConversationsOf, opAdvanceCounters, opAddMembers, opRemoveMember, opUpdateGroup,
 	opHideConversation, opAdvanceCursors, opCursorsOf, opCountReaders, opCountDelivered, opReaders, opEnsureUser, opReviveUser,
 	opRevokeTokens, opUser, opMissingUsers, opSetHideReceipts, opSetHidePresence, opRecordPresence,
 	opSetLastSeen, opPresenceOf, opForgetNodePresence, opBlock, opUnblock, opBlocksOf, opBlocked,
