@@ -1,0 +1,128 @@
+package search
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/search/query"
+)
+
+// deletePage is how many documents one round of DeleteSender or DeleteConversation finds and
+// deletes: one batch, bounded so an account with a million messages is not held in memory at once.
+const deletePage = 1000
+
+// Message is what the index keeps of one stored message. The caller indexes only what a member
+// may find: text messages, not tombstones or system messages.
+type Message struct {
+	ConversationID string
+	Seq            int64
+	SenderID       string
+	CreatedAt      time.Time
+	Body           string
+}
+
+// docID keys a message's document. Seq is digits only, so the last "/" separates the two and no
+// two messages share an id whatever their conversation ids hold.
+func docID(conversationID string, seq int64) string {
+	return conversationID + "/" + strconv.FormatInt(seq, 10)
+}
+
+// Batch is a set of changes applied together with Apply: one disk write for all of them, which is
+// what makes indexing keep up with many sends. When a batch changes one message twice, the last
+// change wins. A Batch is not safe for concurrent use.
+type Batch struct {
+	batch *bleve.Batch
+}
+
+// NewBatch returns an empty batch for ix.
+func (ix *Index) NewBatch() *Batch {
+	return &Batch{batch: ix.index.NewBatch()}
+}
+
+// Put indexes m, replacing the message's earlier text (an edit) if it was indexed.
+func (b *Batch) Put(m Message) error {
+	err := b.batch.Index(docID(m.ConversationID, m.Seq), document{
+		Conversation: m.ConversationID,
+		Seq:          m.Seq,
+		Sender:       m.SenderID,
+		Created:      m.CreatedAt.UnixMilli(),
+		Body:         m.Body,
+	})
+	if err != nil {
+		return fmt.Errorf("index message %d of %s: %w", m.Seq, m.ConversationID, err)
+	}
+	return nil
+}
+
+// Delete removes a message (deleted for everyone); removing one never indexed is no error.
+func (b *Batch) Delete(conversationID string, seq int64) {
+	b.batch.Delete(docID(conversationID, seq))
+}
+
+// Len is the number of changes in the batch.
+func (b *Batch) Len() int {
+	return b.batch.Size()
+}
+
+// Apply makes the batch's changes, durably: when it returns they are on disk and found by every
+// query that starts after. The batch is empty again afterwards and may be reused.
+func (ix *Index) Apply(ctx context.Context, b *Batch) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("apply search batch: %w", err)
+	}
+	n := b.Len()
+	// Bleve's batch write takes no context; it is bounded by the batch's size.
+	if err := ix.index.Batch(b.batch); err != nil {
+		return fmt.Errorf("apply search batch of %d: %w", n, err)
+	}
+	b.batch.Reset()
+	return nil
+}
+
+// DeleteSender removes every message senderID sent (a deleted account) and returns how many.
+func (ix *Index) DeleteSender(ctx context.Context, senderID string) (int, error) {
+	n, err := ix.deleteAll(ctx, fieldSender, senderID)
+	if err != nil {
+		return n, fmt.Errorf("delete messages of sender %s: %w", senderID, err)
+	}
+	return n, nil
+}
+
+// DeleteConversation removes every message of conversationID (a deleted DM) and returns how many.
+func (ix *Index) DeleteConversation(ctx context.Context, conversationID string) (int, error) {
+	n, err := ix.deleteAll(ctx, fieldConversation, conversationID)
+	if err != nil {
+		return n, fmt.Errorf("delete messages of conversation %s: %w", conversationID, err)
+	}
+	return n, nil
+}
+
+// deleteAll deletes the documents whose keyword field is value, a page at a time until none is
+// left: Bleve has no delete by query. Each page's deletion is visible to the next page's search.
+func (ix *Index) deleteAll(ctx context.Context, field, value string) (int, error) {
+	match := query.NewTermQuery(value)
+	match.SetField(field)
+	deleted := 0
+	for {
+		req := bleve.NewSearchRequestOptions(match, deletePage, 0, false)
+		req.Score = bleve.ScoreNone // only the ids are wanted
+		res, err := ix.index.SearchInContext(ctx, req)
+		if err != nil {
+			return deleted, err
+		}
+		if len(res.Hits) == 0 {
+			return deleted, nil
+		}
+		b := ix.index.NewBatch()
+		for _, h := range res.Hits {
+			b.Delete(h.ID)
+		}
+		if err := ix.index.Batch(b); err != nil {
+			return deleted, err
+		}
+		deleted += len(res.Hits)
+	}
+}

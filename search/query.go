@@ -1,0 +1,239 @@
+package search
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/blevesearch/bleve/v2"
+	htmlhighlighter "github.com/blevesearch/bleve/v2/search/highlight/highlighter/html"
+	"github.com/blevesearch/bleve/v2/search/query"
+)
+
+// Page sizes of Search.
+const (
+	// DefaultLimit is the page size when Query.Limit is 0: about a screen of hits.
+	DefaultLimit = 20
+	// MaxLimit bounds a page: each hit costs a stored-document read and a highlight.
+	MaxLimit = 100
+)
+
+// Errors Search returns for a query it cannot answer; the caller maps them to an invalid request.
+var (
+	// ErrNoWords means the query's text has no word to search for (empty, or only punctuation).
+	ErrNoWords = errors.New("search text has no words")
+	// ErrBadCursor means Query.Cursor is not one Search returned.
+	ErrBadCursor = errors.New("malformed search cursor")
+)
+
+// newestFirst orders hits by creation time, then seq, then document id, all descending: the id
+// makes the order total, so a cursor (the last hit's sort values) resumes exactly after that hit
+// even when two conversations' messages share a time and a seq.
+var newestFirst = []string{"-" + fieldCreated, "-" + fieldSeq, "-_id"}
+
+// The stored fields a hit returns; the body comes back only as its snippet.
+var hitFields = []string{fieldConversation, fieldSeq, fieldSender, fieldCreated}
+
+// Query is one search.
+type Query struct {
+	// Text is the words to find; a message matches when it holds all of them.
+	Text string
+	// Conversations are the conversations the asker may search: their memberships now. No hit
+	// ever comes from another conversation; none given finds nothing.
+	Conversations []string
+	// Conversation, if set, restricts the search to this one of Conversations.
+	Conversation string
+	// Cursor continues after the page that returned it; empty for the newest hits.
+	Cursor string
+	// Limit is the page size: 0 means DefaultLimit, more than MaxLimit means MaxLimit.
+	Limit int
+}
+
+// Page is one page of hits, newest first.
+type Page struct {
+	Hits []Hit
+	// Next is the Cursor of the following page; empty when this page is the last.
+	Next string
+}
+
+// Hit is one message that matched.
+type Hit struct {
+	ConversationID string
+	Seq            int64
+	SenderID       string
+	CreatedAt      time.Time
+	// Snippet is the part of the body around the matched words.
+	Snippet []Run
+}
+
+// Run is a stretch of a snippet's plain text, matched or not. The text is never markup: a page
+// renders each run as text (a matched one inside <mark>), so a body cannot inject HTML.
+type Run struct {
+	Text  string
+	Match bool
+}
+
+// Search returns one page of the messages in the asker's conversations that hold every word of
+// q.Text, newest first.
+func (ix *Index) Search(ctx context.Context, q Query) (Page, error) {
+	words, err := ix.words(q.Text)
+	if err != nil {
+		return Page{}, err
+	}
+	var after []string
+	if q.Cursor != "" {
+		if after, err = decodeCursor(q.Cursor); err != nil {
+			return Page{}, err
+		}
+	}
+	conversations := q.Conversations
+	if q.Conversation != "" {
+		if !slices.Contains(q.Conversations, q.Conversation) {
+			return Page{}, nil
+		}
+		conversations = []string{q.Conversation}
+	}
+	if len(conversations) == 0 {
+		return Page{}, nil
+	}
+	limit := q.Limit
+	switch {
+	case limit <= 0:
+		limit = DefaultLimit
+	case limit > MaxLimit:
+		limit = MaxLimit
+	}
+
+	req := bleve.NewSearchRequestOptions(query.NewConjunctionQuery([]query.Query{words, inAny(conversations)}), limit, 0, false)
+	req.Score = bleve.ScoreNone // ordered by time, so relevance would be computed for nothing
+	req.SortBy(newestFirst)
+	req.SearchAfter = after
+	req.Fields = hitFields
+	req.Highlight = bleve.NewHighlightWithStyle(htmlhighlighter.Name)
+	req.Highlight.AddField(fieldBody)
+	res, err := ix.index.SearchInContext(ctx, req)
+	if err != nil {
+		return Page{}, fmt.Errorf("search %d conversations: %w", len(conversations), err)
+	}
+
+	page := Page{Hits: make([]Hit, 0, len(res.Hits))}
+	for _, h := range res.Hits {
+		hit := hitOf(h.Fields)
+		if fragments := h.Fragments[fieldBody]; len(fragments) > 0 {
+			hit.Snippet = runsOf(fragments[0])
+		}
+		page.Hits = append(page.Hits, hit)
+	}
+	if len(res.Hits) == limit {
+		page.Next = encodeCursor(res.Hits[len(res.Hits)-1].Sort)
+	}
+	return page, nil
+}
+
+// words is the query on the body: every word of text, analysed as bodies are.
+func (ix *Index) words(text string) (query.Query, error) {
+	analyzer := ix.index.Mapping().AnalyzerNamed(bodyAnalyzer)
+	if analyzer == nil {
+		return nil, fmt.Errorf("search: analyzer %s not registered", bodyAnalyzer)
+	}
+	if len(analyzer.Analyze([]byte(text))) == 0 {
+		return nil, ErrNoWords
+	}
+	m := query.NewMatchQuery(text)
+	m.SetField(fieldBody)
+	m.SetOperator(query.MatchQueryOperatorAnd)
+	return m, nil
+}
+
+// inAny matches the documents of any of the conversations.
+func inAny(conversations []string) query.Query {
+	terms := make([]query.Query, len(conversations))
+	for i, c := range conversations {
+		t := query.NewTermQuery(c)
+		t.SetField(fieldConversation)
+		terms[i] = t
+	}
+	return query.NewDisjunctionQuery(terms)
+}
+
+// hitOf reads a hit's stored fields, as Bleve returns them: strings, and numbers as float64 (exact
+// below 2^53, far above any seq or Unix millisecond).
+func hitOf(fields map[string]any) Hit {
+	conversation, _ := fields[fieldConversation].(string)
+	sender, _ := fields[fieldSender].(string)
+	seq, _ := fields[fieldSeq].(float64)
+	created, _ := fields[fieldCreated].(float64)
+	return Hit{ConversationID: conversation, Seq: int64(seq), SenderID: sender, CreatedAt: time.UnixMilli(int64(created))}
+}
+
+// The marks Bleve's html highlighter puts around matched words. It escapes the text between them,
+// so in its output these strings are always marks, never a body's own text.
+const (
+	markOpen  = "<mark>"
+	markClose = "</mark>"
+)
+
+// runsOf turns a fragment of Bleve's html highlighter back into plain text runs, joining
+// neighbouring matches (a CJK word is matched as several overlapping unigrams and bigrams).
+func runsOf(fragment string) []Run {
+	var runs []Run
+	add := func(text string, match bool) {
+		if text == "" {
+			return
+		}
+		text = html.UnescapeString(text)
+		if n := len(runs); n > 0 && runs[n-1].Match == match {
+			runs[n-1].Text += text
+			return
+		}
+		runs = append(runs, Run{Text: text, Match: match})
+	}
+	for fragment != "" {
+		plain, rest, found := strings.Cut(fragment, markOpen)
+		add(plain, false)
+		if !found {
+			break
+		}
+		matched, rest, _ := strings.Cut(rest, markClose)
+		add(matched, true)
+		fragment = rest
+	}
+	return runs
+}
+
+// A cursor is the last hit's sort values (Bleve's search-after key), opaque to the caller. The
+// values of numbers are Bleve's binary encoding, not text, so each travels as bytes (base64 in the
+// JSON) to come back exactly.
+func encodeCursor(sort []string) string {
+	values := make([][]byte, len(sort))
+	for i, v := range sort {
+		values[i] = []byte(v)
+	}
+	b, _ := json.Marshal(values) // byte slices always marshal
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(cursor string) ([]string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadCursor, err)
+	}
+	var values [][]byte
+	if err := json.Unmarshal(b, &values); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadCursor, err)
+	}
+	if len(values) != len(newestFirst) {
+		return nil, fmt.Errorf("%w: %d values", ErrBadCursor, len(values))
+	}
+	sort := make([]string, len(values))
+	for i, v := range values {
+		sort[i] = string(v)
+	}
+	return sort, nil
+}
