@@ -39,12 +39,12 @@ type document struct {
 	Conversation string `json:"conversation"`
 	Seq          int64  `json:"seq"`
 	Sender       string `json:"sender"`
-	Created      int64  `json:"created"` // Unix milliseconds, as exact as the store keeps times
+	Created      int64  `json:"created"` // Unix milliseconds, as exact as the store keeps times; a Bleve date would come back in whole seconds
 	Body         string `json:"body"`
 }
 
 // newMapping maps a message's document: the ids as exact keywords (for the membership filter and
-// the deletions of a sender or a conversation), seq and creation time sortable numbers (doc values), the
+// the deletions of a sender or a conversation), seq and creation time only stored (the document id sorts), the
 // body analysed, stored and with term vectors (the highlighter reads both). Nothing goes into
 // Bleve's catch-all "_all" field or is mapped dynamically: each would index every message again.
 func newMapping() (*mapping.IndexMappingImpl, error) {
@@ -80,12 +80,14 @@ func newMapping() (*mapping.IndexMappingImpl, error) {
 		f.DocValues = false
 		return f
 	}
-	seq := mapping.NewNumericFieldMapping()
-	seq.IncludeInAll = false
-	// A number, not a Bleve date: Bleve returns a stored date in whole seconds, and two messages
-	// of one second must still come back in their order and with their own times.
-	created := mapping.NewNumericFieldMapping()
-	created.IncludeInAll = false
+	// Seq and time are only returned with a hit: the document id carries them for sorting.
+	storedNumber := func() *mapping.FieldMapping {
+		f := mapping.NewNumericFieldMapping()
+		f.Index = false
+		f.DocValues = false
+		f.IncludeInAll = false
+		return f
+	}
 	body := mapping.NewTextFieldMapping()
 	body.Analyzer = bodyAnalyzer
 	body.IncludeInAll = false
@@ -95,8 +97,8 @@ func newMapping() (*mapping.IndexMappingImpl, error) {
 	doc := mapping.NewDocumentStaticMapping()
 	doc.AddFieldMappingsAt(fieldConversation, keywordField())
 	doc.AddFieldMappingsAt(fieldSender, keywordField())
-	doc.AddFieldMappingsAt(fieldSeq, seq)
-	doc.AddFieldMappingsAt(fieldCreated, created)
+	doc.AddFieldMappingsAt(fieldSeq, storedNumber())
+	doc.AddFieldMappingsAt(fieldCreated, storedNumber())
 	doc.AddFieldMappingsAt(fieldBody, body)
 	m.DefaultMapping = doc
 	m.IndexDynamic = false

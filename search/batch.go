@@ -3,7 +3,6 @@ package search
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/blevesearch/bleve/v2"
@@ -15,7 +14,8 @@ import (
 const deletePage = 1000
 
 // Message is what the index keeps of one stored message. The caller indexes only what a member
-// may find: text messages, not tombstones or system messages.
+// may find: text messages, not tombstones or system messages. ConversationID, Seq and CreatedAt
+// (the message's creation time, which never changes) identify the message.
 type Message struct {
 	ConversationID string
 	Seq            int64
@@ -24,10 +24,12 @@ type Message struct {
 	Body           string
 }
 
-// docID keys a message's document. Seq is digits only, so the last "/" separates the two and no
-// two messages share an id whatever their conversation ids hold.
-func docID(conversationID string, seq int64) string {
-	return conversationID + "/" + strconv.FormatInt(seq, 10)
+// docID keys a message's document: its creation time (Unix milliseconds), conversation and seq,
+// the numbers zero-padded so that ids sort newest first as a query returns hits (newestFirst).
+// The seq is digits only, so the last "/" ends the conversation id, and no two messages share an
+// id whatever their conversation ids hold.
+func docID(m Message) string {
+	return fmt.Sprintf("%013d/%s/%019d", m.CreatedAt.UnixMilli(), m.ConversationID, m.Seq)
 }
 
 // Batch is a set of changes applied together with Apply: one disk write for all of them, which is
@@ -44,7 +46,7 @@ func (ix *Index) NewBatch() *Batch {
 
 // Put indexes m, replacing the message's earlier text (an edit) if it was indexed.
 func (b *Batch) Put(m Message) error {
-	err := b.batch.Index(docID(m.ConversationID, m.Seq), document{
+	err := b.batch.Index(docID(m), document{
 		Conversation: m.ConversationID,
 		Seq:          m.Seq,
 		Sender:       m.SenderID,
@@ -57,9 +59,10 @@ func (b *Batch) Put(m Message) error {
 	return nil
 }
 
-// Delete removes a message (deleted for everyone); removing one never indexed is no error.
-func (b *Batch) Delete(conversationID string, seq int64) {
-	b.batch.Delete(docID(conversationID, seq))
+// Delete removes a message (deleted for everyone): the one with m's ConversationID, Seq and
+// CreatedAt; its Body is not needed. Removing one never indexed is no error.
+func (b *Batch) Delete(m Message) {
+	b.batch.Delete(docID(m))
 }
 
 // Len is the number of changes in the batch.

@@ -3,7 +3,6 @@ package search
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html"
@@ -32,10 +31,13 @@ var (
 	ErrBadCursor = errors.New("malformed search cursor")
 )
 
-// newestFirst orders hits by creation time, then seq, then document id, all descending: the id
-// makes the order total, so a cursor (the last hit's sort values) resumes exactly after that hit
-// even when two conversations' messages share a time and a seq.
-var newestFirst = []string{"-" + fieldCreated, "-" + fieldSeq, "-_id"}
+// newestFirst orders hits by document id, descending: the id starts with the creation time, then
+// the conversation and the seq, so this is newest first, one conversation's messages of one
+// millisecond by seq, and a total order, so a cursor resumes exactly after its hit. Sorting by the
+// id rather than by stored time and seq fields matters for speed: a field sort reads the field's
+// doc values for every match, and decoding those was most of a common word's query time over
+// 1,000,000 messages (over 100 ms), while the id comes with the match.
+var newestFirst = []string{"-_id"}
 
 // The stored fields a hit returns; the body comes back only as its snippet.
 var hitFields = []string{fieldConversation, fieldSeq, fieldSender, fieldCreated}
@@ -47,7 +49,8 @@ type Query struct {
 	// Conversations are the conversations the asker may search: their memberships now. No hit
 	// ever comes from another conversation; none given finds nothing.
 	Conversations []string
-	// Conversation, if set, restricts the search to this one of Conversations.
+	// Conversation, if set, restricts the search to this one of Conversations; one not among
+	// them finds nothing.
 	Conversation string
 	// Cursor continues after the page that returned it; empty for the newest hits.
 	Cursor string
@@ -58,7 +61,8 @@ type Query struct {
 // Page is one page of hits, newest first.
 type Page struct {
 	Hits []Hit
-	// Next is the Cursor of the following page; empty when this page is the last.
+	// Next is the Cursor of the following page; empty when this page is the last. A full page
+	// always has one, so the page after it may be empty.
 	Next string
 }
 
@@ -131,7 +135,7 @@ func (ix *Index) Search(ctx context.Context, q Query) (Page, error) {
 		page.Hits = append(page.Hits, hit)
 	}
 	if len(res.Hits) == limit {
-		page.Next = encodeCursor(res.Hits[len(res.Hits)-1].Sort)
+		page.Next = encodeCursor(res.Hits[len(res.Hits)-1].ID)
 	}
 	return page, nil
 }
@@ -207,33 +211,19 @@ func runsOf(fragment string) []Run {
 	return runs
 }
 
-// A cursor is the last hit's sort values (Bleve's search-after key), opaque to the caller. The
-// values of numbers are Bleve's binary encoding, not text, so each travels as bytes (base64 in the
-// JSON) to come back exactly.
-func encodeCursor(sort []string) string {
-	values := make([][]byte, len(sort))
-	for i, v := range sort {
-		values[i] = []byte(v)
-	}
-	b, _ := json.Marshal(values) // byte slices always marshal
-	return base64.RawURLEncoding.EncodeToString(b)
+// A cursor is the last hit's sort value (Bleve's search-after key: its document id), opaque to
+// the caller.
+func encodeCursor(id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(id))
 }
 
 func decodeCursor(cursor string) ([]string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	id, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadCursor, err)
 	}
-	var values [][]byte
-	if err := json.Unmarshal(b, &values); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadCursor, err)
+	if len(id) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrBadCursor)
 	}
-	if len(values) != len(newestFirst) {
-		return nil, fmt.Errorf("%w: %d values", ErrBadCursor, len(values))
-	}
-	sort := make([]string, len(values))
-	for i, v := range values {
-		sort[i] = string(v)
-	}
-	return sort, nil
+	return []string{string(id)}, nil
 }
