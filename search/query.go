@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/search"
 	htmlhighlighter "github.com/blevesearch/bleve/v2/search/highlight/highlighter/html"
 	"github.com/blevesearch/bleve/v2/search/query"
 )
@@ -114,18 +115,49 @@ func (ix *Index) Search(ctx context.Context, q Query) (Page, error) {
 		limit = MaxLimit
 	}
 
-	req := bleve.NewSearchRequestOptions(query.NewConjunctionQuery([]query.Query{words, inAny(conversations)}), limit, 0, false)
-	req.Score = bleve.ScoreNone // ordered by time, so relevance would be computed for nothing
+	// Two searches: the page's ids first, with no scoring and no term vectors, which lets Bleve
+	// turn the conversations' disjunction into one bitmap union (with term vectors, which the
+	// highlighter needs, it advances one iterator per conversation for every candidate: 100 ms
+	// for 1,000 conversations over 1,000,000 messages); then only those messages again, with
+	// their stored fields and highlights.
+	ids := bleve.NewSearchRequestOptions(query.NewConjunctionQuery([]query.Query{words, inAny(conversations)}), limit, 0, false)
+	ids.Score = bleve.ScoreNone // ordered by time, so relevance would be computed for nothing
+	ids.SortBy(newestFirst)
+	ids.SearchAfter = after
+	found, err := ix.index.SearchInContext(ctx, ids)
+	if err != nil {
+		return Page{}, fmt.Errorf("search %d conversations: %w", len(conversations), err)
+	}
+	if len(found.Hits) == 0 {
+		return Page{}, nil
+	}
+	page, err := ix.hits(ctx, found.Hits, words)
+	if err != nil {
+		return Page{}, err
+	}
+	if len(found.Hits) == limit {
+		page.Next = encodeCursor(found.Hits[len(found.Hits)-1].ID)
+	}
+	return page, nil
+}
+
+// hits reads the page of found documents with their stored fields and highlights. A message
+// deleted since the first search is left out, and the page's cursor still follows the first.
+func (ix *Index) hits(ctx context.Context, found search.DocumentMatchCollection, words query.Query) (Page, error) {
+	ids := make([]string, len(found))
+	for i, h := range found {
+		ids[i] = h.ID
+	}
+	req := bleve.NewSearchRequestOptions(query.NewConjunctionQuery([]query.Query{query.NewDocIDQuery(ids), words}), len(ids), 0, false)
+	req.Score = bleve.ScoreNone
 	req.SortBy(newestFirst)
-	req.SearchAfter = after
 	req.Fields = hitFields
 	req.Highlight = bleve.NewHighlightWithStyle(htmlhighlighter.Name)
 	req.Highlight.AddField(fieldBody)
 	res, err := ix.index.SearchInContext(ctx, req)
 	if err != nil {
-		return Page{}, fmt.Errorf("search %d conversations: %w", len(conversations), err)
+		return Page{}, fmt.Errorf("highlight %d search hits: %w", len(ids), err)
 	}
-
 	page := Page{Hits: make([]Hit, 0, len(res.Hits))}
 	for _, h := range res.Hits {
 		hit := hitOf(h.Fields)
@@ -133,9 +165,6 @@ func (ix *Index) Search(ctx context.Context, q Query) (Page, error) {
 			hit.Snippet = runsOf(fragments[0])
 		}
 		page.Hits = append(page.Hits, hit)
-	}
-	if len(res.Hits) == limit {
-		page.Next = encodeCursor(res.Hits[len(res.Hits)-1].ID)
 	}
 	return page, nil
 }
