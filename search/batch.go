@@ -71,7 +71,8 @@ func (b *Batch) Len() int {
 }
 
 // Apply makes the batch's changes, durably: when it returns they are on disk and found by every
-// query that starts after. The batch is empty again afterwards and may be reused.
+// query that starts after. It empties the batch for reuse; after an error the batch still holds
+// its changes and may be applied again.
 func (ix *Index) Apply(ctx context.Context, b *Batch) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("apply search batch: %w", err)

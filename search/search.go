@@ -4,11 +4,12 @@
 // deleted, and passes the asker's current conversations with every query.
 //
 // The index is Bleve (github.com/blevesearch/bleve/v2, scorch) in process, on disk under one
-// directory. One document per message, keyed by conversation and seq, so an edit replaces it and a
-// deletion removes it. Bodies go through one analyzer for every script (see analyzer.go): Unicode
-// word segmentation, case folded, Latin, Greek, Cyrillic and Hebrew accents and Arabic diacritics
-// removed, and Chinese and Japanese (which write no spaces) indexed as overlapping character
-// unigrams and bigrams, so a word is found inside a sentence.
+// directory. One document per message, keyed by creation time, conversation and seq, so an edit
+// replaces it, a deletion removes it, and the key's order is the hits' order. Bodies go through
+// one analyzer for every script (see analyzer.go): Unicode word segmentation, case folded, Latin,
+// Greek, Cyrillic and Hebrew accents and Arabic diacritics removed, and Chinese and Japanese
+// (which write no spaces) indexed as overlapping character unigrams and bigrams, so a word is
+// found inside a sentence.
 //
 // Past one machine. The index is derived data, rebuilt from the store, so every node can keep its
 // own copy: each node indexes the persisted messages and changes the owners already publish on
@@ -16,8 +17,8 @@
 // missing them), and answers queries locally. Every node then answers the same way once it has
 // caught up (an edit shows within the feed's lag, well under a second), queries cost no network hop
 // and no extra service runs, but every node pays the indexing of every message and holds the whole
-// index (a few hundred bytes per message), which bounds this design to what one machine indexes
-// and stores: comfortably tens of millions of messages and thousands of sends per second. Beyond
+// index (about 330 bytes per message), which bounds this design to what one machine indexes
+// and stores: tens of millions of messages and thousands of sends per second. Beyond
 // that, production uses a shared engine (MongoDB Atlas Search or Elasticsearch/OpenSearch, sharded
 // by conversation) behind the same few calls: one copy of the index, indexing paid once, a network
 // hop per query and another system to run. See docs/SEARCH-DRAFT.md.
