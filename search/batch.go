@@ -65,6 +65,38 @@ func (b *Batch) Delete(m Message) {
 	b.batch.Delete(docID(m))
 }
 
+// Progress is how far the index has taken a conversation's messages (every seq up to Seq) and
+// changes (every version up to Version), recorded with the batch that took them.
+type Progress struct {
+	Seq     int64
+	Version int64
+}
+
+// progressKey names the internal value that holds a conversation's Progress.
+func progressKey(conversationID string) []byte {
+	return []byte("chatd.search.progress/" + conversationID)
+}
+
+// SetProgress records, with the batch's changes, how far the index has taken a conversation.
+func (b *Batch) SetProgress(conversationID string, p Progress) {
+	b.batch.SetInternal(progressKey(conversationID), fmt.Appendf(nil, "%d/%d", p.Seq, p.Version))
+}
+
+// Progress returns how far the index has taken a conversation: zero for one it never took.
+func (ix *Index) Progress(conversationID string) (Progress, error) {
+	v, err := ix.index.GetInternal(progressKey(conversationID))
+	if err != nil {
+		return Progress{}, fmt.Errorf("read search progress of %s: %w", conversationID, err)
+	}
+	var p Progress
+	if len(v) > 0 {
+		if _, err := fmt.Sscanf(string(v), "%d/%d", &p.Seq, &p.Version); err != nil {
+			return Progress{}, fmt.Errorf("read search progress of %s: %q: %w", conversationID, v, err)
+		}
+	}
+	return p, nil
+}
+
 // Len is the number of changes in the batch.
 func (b *Batch) Len() int {
 	return b.batch.Size()

@@ -53,6 +53,9 @@ type Query struct {
 	// Conversation, if set, restricts the search to this one of Conversations; one not among
 	// them finds nothing.
 	Conversation string
+	// After, per conversation, leaves out its messages up to that seq: those the asker deleted
+	// for themselves (their history there starts after it).
+	After map[string]int64
 	// Cursor continues after the page that returned it; empty for the newest hits.
 	Cursor string
 	// Limit is the page size: 0 means DefaultLimit, more than MaxLimit means MaxLimit.
@@ -120,7 +123,7 @@ func (ix *Index) Search(ctx context.Context, q Query) (Page, error) {
 	// highlighter needs, it advances one iterator per conversation for every candidate: 100 ms
 	// for 1,000 conversations over 1,000,000 messages); then only those messages again, with
 	// their stored fields and highlights.
-	ids := bleve.NewSearchRequestOptions(query.NewConjunctionQuery([]query.Query{words, inAny(conversations)}), limit, 0, false)
+	ids := bleve.NewSearchRequestOptions(query.NewConjunctionQuery([]query.Query{words, inAny(conversations, q.After)}), limit, 0, false)
 	ids.Score = bleve.ScoreNone // ordered by time, so relevance would be computed for nothing
 	ids.SortBy(newestFirst)
 	ids.SearchAfter = after
@@ -184,13 +187,20 @@ func (ix *Index) words(text string) (query.Query, error) {
 	return m, nil
 }
 
-// inAny matches the documents of any of the conversations.
-func inAny(conversations []string) query.Query {
+// inAny matches the documents of any of the conversations, in those named in after only the
+// messages with a higher seq.
+func inAny(conversations []string, after map[string]int64) query.Query {
 	terms := make([]query.Query, len(conversations))
 	for i, c := range conversations {
 		t := query.NewTermQuery(c)
 		t.SetField(fieldConversation)
 		terms[i] = t
+		if seq := after[c]; seq > 0 {
+			from, exclusive := float64(seq), false
+			later := query.NewNumericRangeInclusiveQuery(&from, nil, &exclusive, nil)
+			later.SetField(fieldSeq)
+			terms[i] = query.NewConjunctionQuery([]query.Query{t, later})
+		}
 	}
 	return query.NewDisjunctionQuery(terms)
 }

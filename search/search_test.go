@@ -426,3 +426,40 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("Apply with a cancelled context = %v", err)
 	}
 }
+
+func TestAfterLeavesOutWhatTheAskerDeletedForThemselves(t *testing.T) {
+	ix := newIndex(t)
+	var msgs []Message
+	for seq := int64(1); seq <= 4; seq++ {
+		msgs = append(msgs, Message{ConversationID: "hidden", Seq: seq, SenderID: "u", CreatedAt: t0.Add(time.Duration(seq) * time.Second), Body: "budget"})
+	}
+	msgs = append(msgs, Message{ConversationID: "kept", Seq: 1, SenderID: "u", CreatedAt: t0, Body: "budget"})
+	put(t, ix, msgs...)
+	p := find(t, ix, Query{Text: "budget", Conversations: []string{"hidden", "kept"}, After: map[string]int64{"hidden": 2}})
+	if got, want := keys(p.Hits), []string{"hidden/4", "hidden/3", "kept/1"}; !slices.Equal(got, want) {
+		t.Errorf("found %v, want %v", got, want)
+	}
+}
+
+func TestProgressIsKeptWithItsBatch(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "search")
+	ix, err := Open(Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := ix.NewBatch()
+	b.SetProgress("c", Progress{Seq: 7, Version: 3})
+	if err := ix.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ix = openIndex(t, dir)
+	if p, err := ix.Progress("c"); err != nil || p != (Progress{Seq: 7, Version: 3}) {
+		t.Errorf("progress of c = %+v, %v; want 7/3", p, err)
+	}
+	if p, err := ix.Progress("never"); err != nil || p != (Progress{}) {
+		t.Errorf("progress of a conversation never taken = %+v, %v; want zero", p, err)
+	}
+}
