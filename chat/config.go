@@ -64,6 +64,9 @@ type Config struct {
 	// Nodes tells which other nodes live, so connections on a dead node do not count as online;
 	// nil counts this node only (a single node).
 	Nodes Nodes
+	// Search answers searches and forgets deleted accounts' messages (see search.go); nil turns
+	// search off (refused as unavailable).
+	Search Searcher
 	// Metrics, if set, records sends, history pages and resyncs; nil records nothing.
 	Metrics *Metrics
 	// Hub tunes the hub of the node's live connections that the service keeps (see hub.Config).

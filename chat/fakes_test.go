@@ -26,7 +26,11 @@ import (
 )
 
 // TestMain fails the package if a test leaves a goroutine behind (a fan-out grace timer, say).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// Bleve's analysis workers (the search index, linked through chat) are process-wide, started
+// when its package initialises, and never stop.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/blevesearch/bleve_index_api.AnalysisWorker"))
+}
 
 // The fakes below are in memory and synchronous: no NATS, no store, no network. Each keeps the
 // semantics of the real implementation that the service relies on, and records what was asked

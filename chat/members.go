@@ -216,6 +216,9 @@ func (s *membership) DeleteAccount(ctx context.Context, userID string) error {
 	if err != nil {
 		return fmt.Errorf("delete account %s: %w", userID, err)
 	}
+	if err := s.forgetInSearch(userID, deleted); err != nil {
+		s.log.Warn().Err(err).Str("user", userID).Msg("remove a deleted account from the search indexes; searches leave it out")
+	}
 	for _, dm := range deleted.DMs {
 		for _, m := range dm.Members {
 			s.publishUser(m, userEvent{Type: userLeft, ConvID: dm.ID})

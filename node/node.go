@@ -23,6 +23,7 @@ import (
 	"github.com/chatd/chatd/bus"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/indexing"
 	"github.com/chatd/chatd/readstate"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/server"
@@ -82,6 +83,9 @@ type Config struct {
 	Leases       sequencer.LeaseConfig
 	Chat         chat.Config
 	Session      session.Config
+	// SearchDir is the directory of the node's search index (package indexing), derived from the
+	// store and rebuilt from it when missing; empty turns search off.
+	SearchDir string
 }
 
 // Validate reports a configuration that cannot work.
@@ -133,6 +137,7 @@ type Node struct {
 	reads    *readstate.Coalescer
 	bus      *bus.Bus
 	chat     *chat.Service
+	search   *indexing.Feed // nil without a SearchDir
 	srv      *server.Server
 	http     *http.Server
 	listener net.Listener
@@ -194,6 +199,9 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 			if n.seq != nil {
 				n.seq.Reconnected()
 			}
+			if n.search != nil {
+				n.search.Reconnected()
+			}
 			select {
 			case n.reconnected <- struct{}{}:
 			default: // a resync is already due
@@ -234,6 +242,12 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	n.bus = bus.New(bus.Config{SubjectPrefix: cmp.Or(cfg.Sequencer.SubjectPrefix, sequencer.DefaultSubjectPrefix),
 		Metrics: bus.NewMetrics(n.metrics)}, n.nc, log)
 	cfg.Chat.Hub.Metrics = hub.NewMetrics(n.metrics)
+	if cfg.SearchDir != "" {
+		if n.search, err = indexing.Start(indexing.Config{Dir: cfg.SearchDir, SubjectPrefix: cfg.Sequencer.SubjectPrefix}, n.nc, n.store, log); err != nil {
+			return nil, err
+		}
+		cfg.Chat.Search = n.search
+	}
 	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, log)
 	if err != nil {
 		return nil, err
@@ -356,6 +370,11 @@ func (n *Node) stopParts() {
 			cancel()
 		}
 		n.bus.Close()
+	}
+	if n.search != nil {
+		if err := n.search.Close(); err != nil {
+			n.log.Warn().Err(err).Msg("close search index")
+		}
 	}
 	if n.leases != nil {
 		n.leases.Close()

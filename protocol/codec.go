@@ -43,6 +43,14 @@ const (
 	MaxPresenceUsers = 100
 	// MaxFoundUsers bounds the answer of find_users: a short list to pick from while typing.
 	MaxFoundUsers = 20
+	// MaxSearchRunes bounds a search's words: a sentence, not a message to match whole.
+	MaxSearchRunes = 200
+	// MaxSearchHits caps a page of search hits (each costs a highlight); DefaultSearchHits is the
+	// page when a search gives no limit: about a screen.
+	MaxSearchHits     = 100
+	DefaultSearchHits = 20
+	// MaxCursorBytes bounds a search cursor, which the server made: a time, an id and a seq.
+	MaxCursorBytes = 512
 )
 
 // DecodeClientFrame parses and validates one client frame. The error is always an *Error; when
@@ -159,6 +167,8 @@ func (f *ClientFrame) Validate() error {
 			return Errorf(CodeInvalidField, "query must be 1 to %d characters", MaxDisplayNameRunes)
 		}
 		return nil
+	case TypeSearch:
+		return f.validateSearch()
 	case TypePresence, TypeProfiles:
 		if len(f.UserIDs) == 0 || len(f.UserIDs) > MaxPresenceUsers {
 			return Errorf(CodeInvalidField, "userIds must name 1 to %d users", MaxPresenceUsers)
@@ -176,6 +186,25 @@ func (f *ClientFrame) Validate() error {
 	default:
 		return Errorf(CodeUnknownType, "unknown frame type %q", truncate(f.Type, 40))
 	}
+}
+
+// validateSearch checks a search: its words, the optional conversation, cursor and page size.
+func (f *ClientFrame) validateSearch() error {
+	if f.Query = strings.TrimSpace(f.Query); f.Query == "" || utf8.RuneCountInString(f.Query) > MaxSearchRunes {
+		return Errorf(CodeInvalidField, "query must be 1 to %d characters", MaxSearchRunes)
+	}
+	if f.ConversationID != "" {
+		if err := requireID("conversationId", f.ConversationID); err != nil {
+			return err
+		}
+	}
+	if len(f.Cursor) > MaxCursorBytes {
+		return Errorf(CodeInvalidField, "cursor is longer than %d bytes", MaxCursorBytes)
+	}
+	if f.Limit < 0 || f.Limit > MaxSearchHits {
+		return Errorf(CodeInvalidField, "limit must be 0 to %d", MaxSearchHits)
+	}
+	return nil
 }
 
 // validName checks a display name (see DisplayName).

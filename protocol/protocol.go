@@ -39,6 +39,7 @@ const (
 	TypeDelivered = "delivered"
 	// TypePresence is also a server frame: a peer came online or went offline.
 	TypePresence = "presence"
+	TypeSearch   = "search"
 )
 
 // Server frame types: what the server sends. Replies carry the request's id.
@@ -67,6 +68,7 @@ const (
 	TypeChanges       = "changes"
 	TypePresenceList  = "presence_list"
 	TypeProfile       = "profile"
+	TypeSearchResults = "search_results"
 )
 
 // Message kinds.
@@ -181,6 +183,23 @@ type Reader struct {
 	ReadSeq int64  `json:"readSeq"`
 }
 
+// SearchHit is one message a search found: where it is, who sent it when, and the part of its
+// body around the matched words.
+type SearchHit struct {
+	ConversationID string    `json:"conversationId"`
+	Seq            int64     `json:"seq"`
+	SenderID       string    `json:"senderId"`
+	CreatedAt      time.Time `json:"createdAt"`
+	// Snippet is plain text in runs; Match marks the matched words. Never markup.
+	Snippet []SnippetRun `json:"snippet"`
+}
+
+// SnippetRun is a stretch of a snippet's text, matched or not.
+type SnippetRun struct {
+	Text  string `json:"text"`
+	Match bool   `json:"match,omitempty"`
+}
+
 // ClientFrame is every frame a client may send; Type says which fields matter. Validate checks
 // them per type.
 type ClientFrame struct {
@@ -217,13 +236,15 @@ type ClientFrame struct {
 	HidePresence *bool `json:"hidePresence,omitempty"`
 	// UserIDs are the users a presence or profiles request asks about.
 	UserIDs []string `json:"userIds,omitempty"`
-	// Query is the start of a name find_users looks for.
+	// Query is the start of a name find_users looks for, or the words a search looks for.
 	Query string `json:"query,omitempty"`
 	// Action, Topic, Enabled and Seconds are a moderate frame's (see groups.go).
 	Action  string `json:"action,omitempty"`
 	Topic   string `json:"topic,omitempty"`
 	Enabled *bool  `json:"enabled,omitempty"`
 	Seconds int64  `json:"seconds,omitempty"`
+	// Cursor continues a search after the page that returned it.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // ServerFrame is every frame the server sends; fields not used by a type are omitted. A message
@@ -303,4 +324,9 @@ type ServerFrame struct {
 	CreatedAt *time.Time `json:"createdAt,omitempty"`
 	ReplyTo   int64      `json:"replyTo,omitempty"`
 	Quote     *Quote     `json:"quote,omitempty"`
+
+	// Search results: the page's hits, newest first (never omitted there: an empty list), and
+	// the cursor of the next page, omitted on the last.
+	Hits   *[]SearchHit `json:"hits,omitempty"`
+	Cursor string       `json:"cursor,omitempty"`
 }

@@ -32,6 +32,9 @@ type Change struct {
 	Count int64  `json:"count,omitempty"`
 	// Members is the conversation's size, for how widely nodes push a reaction.
 	Members int `json:"members"`
+	// CreatedAt is when the changed message was sent, which with its seq keys it in a node's
+	// search index.
+	CreatedAt time.Time `json:"createdAt,omitzero"`
 }
 
 // MessageChange is the change r asks of its message (r.Op set), as message.Apply takes it.
@@ -42,7 +45,7 @@ func (r SendRequest) MessageChange() message.Change {
 // ChangeOf is the published form of a change req made to m.
 func ChangeOf(m storage.Message, req SendRequest, members int) Change {
 	c := Change{Op: req.Op, ConversationID: m.ConversationID, Seq: m.Seq, Version: m.Version, UserID: req.SenderID,
-		Members: members}
+		Members: members, CreatedAt: m.CreatedAt}
 	switch req.Op {
 	case message.OpEdit:
 		c.Body, c.EditedAt = m.Body, m.EditedAt

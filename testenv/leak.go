@@ -16,6 +16,9 @@ import (
 // closed first: they belong to the test, not to the code under test. opts go to goleak.Find, an
 // IgnoreTopFunction only for a third party's background goroutine, with the reason at the call.
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
+	// Bleve's analysis workers (the search index) are process-wide, started when its package
+	// initialises in any binary that links a node, and never stop.
+	opts = append(opts, goleak.IgnoreTopFunction("github.com/blevesearch/bleve_index_api.AnalysisWorker"))
 	code := m.Run()
 	http.DefaultClient.CloseIdleConnections()
 	if code == 0 {

@@ -92,6 +92,7 @@ var commands = []command{
 	{"presence", "<user>...", "say who of these users is online, and when the others were last seen", runPresence},
 	{"tail", "<conversationId>", "print messages as they arrive; reconnects and fills gaps", runTail},
 	{"history", "<conversationId>", "print one page of history", runHistory},
+	{"search", "<words...>", "find the messages you may see that hold every word, newest first (-in CONVERSATION, -limit N, -cursor C for the next page)", runSearch},
 	{"backfill", "", "give seqs to a legacy messages collection in MongoDB (resumable)", runBackfill},
 	{"migrate", "", "move messages stored one document each into buckets (resumable)", runMigrate},
 	{"audit", "", "check every conversation in MongoDB against its messages: seqs, counters, tombstones, unread; exit 3 when any differs", runAudit},

@@ -494,3 +494,34 @@ func decode(t *testing.T, s string, v any) {
 		t.Fatalf("decode %q: %v", s, err)
 	}
 }
+
+// TestSearch: a member finds a message by a word of it, marked in its snippet, also as JSON;
+// another user finds nothing.
+func TestSearch(t *testing.T) {
+	env := testenv.NewEnv(t)
+	cfg := env.NodeConfig()
+	cfg.SearchDir = filepath.Join(t.TempDir(), "search")
+	n := testenv.StartNode(t, cfg)
+	alice, bob, carol := newUser(t, n.URL()), newUser(t, n.URL()), newUser(t, n.URL())
+	alice.must("login", "alice")
+	bob.must("login", "bob")
+	carol.must("login", "carol")
+	dm := alice.must("dm", "bob")
+	alice.must("send", dm, "the Hazelnut order shipped")
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if out := bob.must("search", "hazelnut"); !strings.Contains(out, dm+" #1 ") || !strings.Contains(out, "alice: the [Hazelnut] order shipped") {
+			return fmt.Errorf("bob's search printed %q", out)
+		}
+		return nil
+	})
+	var page struct {
+		Hits []protocol.SearchHit `json:"hits"`
+	}
+	decode(t, bob.must("-json", "search", "-in", dm, "shipped"), &page)
+	if len(page.Hits) != 1 || page.Hits[0].Seq != 1 || page.Hits[0].SenderID != "alice" {
+		t.Errorf("search -json = %+v; want alice's message", page)
+	}
+	if out := carol.must("search", "hazelnut"); out != "" {
+		t.Errorf("carol, not in the DM, found %q", out)
+	}
+}
