@@ -23,6 +23,7 @@ import (
 	"github.com/chatd/chatd/bus"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/hub"
+	"github.com/chatd/chatd/push"
 	"github.com/chatd/chatd/readstate"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/server"
@@ -82,6 +83,8 @@ type Config struct {
 	Leases       sequencer.LeaseConfig
 	Chat         chat.Config
 	Session      session.Config
+	// Push turns on Web Push notifications when it has a VAPID key pair (node/push.go).
+	Push push.Config
 }
 
 // Validate reports a configuration that cannot work.
@@ -134,6 +137,7 @@ type Node struct {
 	bus      *bus.Bus
 	chat     *chat.Service
 	srv      *server.Server
+	push     *push.Notifier // nil without Web Push
 	http     *http.Server
 	listener net.Listener
 	served   chan error
@@ -218,6 +222,9 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if err != nil {
 		return nil, err
 	}
+	if err := n.startPush(&cfg); err != nil {
+		return nil, err
+	}
 	n.seq, err = sequencer.New(cfg.Sequencer, n.nc, n.store, log)
 	if err != nil {
 		return nil, err
@@ -234,7 +241,11 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	n.bus = bus.New(bus.Config{SubjectPrefix: cmp.Or(cfg.Sequencer.SubjectPrefix, sequencer.DefaultSubjectPrefix),
 		Metrics: bus.NewMetrics(n.metrics)}, n.nc, log)
 	cfg.Chat.Hub.Metrics = hub.NewMetrics(n.metrics)
-	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, log)
+	var reads chat.Reads = n.reads
+	if n.push != nil {
+		reads = readsWithPush{n.reads, n.push}
+	}
+	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, reads, n.bus, log)
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +266,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		Owned:          n.seq.Owned,
 		Metrics:        server.NewMetrics(n.metrics),
 		Gatherer:       n.metrics,
+		Push:           n.pushAPI(),
 	}, authenticator, n.chat, n.store, log)
 	if err != nil {
 		return nil, err
@@ -362,6 +374,9 @@ func (n *Node) stopParts() {
 	}
 	if n.seq != nil {
 		n.seq.Close()
+	}
+	if n.push != nil {
+		n.push.Stop() // after the partitions: nothing hears new messages any more
 	}
 	if n.reads != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
