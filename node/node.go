@@ -24,6 +24,7 @@ import (
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/hub"
 	"github.com/chatd/chatd/indexing"
+	"github.com/chatd/chatd/push"
 	"github.com/chatd/chatd/readstate"
 	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/server"
@@ -86,6 +87,8 @@ type Config struct {
 	// SearchDir is the directory of the node's search index (package indexing), derived from the
 	// store and rebuilt from it when missing; empty turns search off.
 	SearchDir string
+	// Push turns on Web Push notifications when it has a VAPID key pair (node/push.go).
+	Push push.Config
 }
 
 // Validate reports a configuration that cannot work.
@@ -139,6 +142,7 @@ type Node struct {
 	chat     *chat.Service
 	search   *indexing.Feed // nil without a SearchDir
 	srv      *server.Server
+	push     *push.Notifier // nil without Web Push
 	http     *http.Server
 	listener net.Listener
 	served   chan error
@@ -226,6 +230,9 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if err != nil {
 		return nil, err
 	}
+	if err := n.startPush(&cfg); err != nil {
+		return nil, err
+	}
 	n.seq, err = sequencer.New(cfg.Sequencer, n.nc, n.store, log)
 	if err != nil {
 		return nil, err
@@ -248,7 +255,11 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		}
 		cfg.Chat.Search = n.search
 	}
-	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, n.reads, n.bus, log)
+	var reads chat.Reads = n.reads
+	if n.push != nil {
+		reads = readsWithPush{n.reads, n.push}
+	}
+	n.chat, err = chat.New(cfg.Chat, n.store, n.seq, reads, n.bus, log)
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +280,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		Owned:          n.seq.Owned,
 		Metrics:        server.NewMetrics(n.metrics),
 		Gatherer:       n.metrics,
+		Push:           n.pushAPI(),
 	}, authenticator, n.chat, n.store, log)
 	if err != nil {
 		return nil, err
@@ -381,6 +393,9 @@ func (n *Node) stopParts() {
 	}
 	if n.seq != nil {
 		n.seq.Close()
+	}
+	if n.push != nil {
+		n.push.Stop() // after the partitions: nothing hears new messages any more
 	}
 	if n.reads != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)

@@ -50,6 +50,8 @@ type Config struct {
 	// Metrics records the sequencer's instruments, and those of the Leases started with it; nil
 	// records nothing.
 	Metrics *Metrics
+	// Observer, if set, hears every stored message and change on its owner (Web Push, webhooks).
+	Observer Observer
 }
 
 // DefaultConfig returns the configuration with every default filled in.

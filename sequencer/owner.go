@@ -703,6 +703,9 @@ func (p *partition) publishChange(c Change) {
 		// Members' clients catch up on the next sync with versions.
 		p.seq.log.Error().Err(err).Str("conversation", c.ConversationID).Msg("publish change")
 	}
+	if o := p.seq.cfg.Observer; o != nil {
+		o.Changed(c)
+	}
 }
 
 // republish publishes again the stored messages from..to of a conversation whose lastSeq trails
@@ -733,6 +736,9 @@ func (p *partition) publishOne(m protocol.Message) {
 	if err := p.seq.nc.Publish(p.seq.MessageSubject(m.ConversationID), data); err != nil {
 		// Members' clients fill the gap from history when the next message arrives.
 		p.seq.log.Error().Err(err).Str("conversation", m.ConversationID).Msg("publish message")
+	}
+	if o := p.seq.cfg.Observer; o != nil {
+		o.Stored(m)
 	}
 }
 

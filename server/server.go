@@ -63,6 +63,8 @@ type Config struct {
 	Metrics *Metrics
 	// Gatherer, if set, is what the admin listener's /metrics exposes; nil means no /metrics.
 	Gatherer prometheus.Gatherer
+	// Push, if set, serves the Web Push endpoints under /api/push/ (push.go).
+	Push Push
 }
 
 // Server serves one node's HTTP and WebSocket traffic.
@@ -121,6 +123,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/badge", s.authed(s.badge))
 	mux.HandleFunc("DELETE /api/account", s.authed(s.deleteAccount))
 	mux.HandleFunc("POST /api/read", s.authed(s.read))
+	s.pushRoutes(mux)
 	s.healthRoutes(mux)
 	// The JSON 404, not the page's 404 of "GET /".
 	for _, route := range []string{"GET /metrics", "GET /debug/", "GET /admin/", "POST /admin/"} {

@@ -64,6 +64,16 @@ const (
 	opRebuildMemberships   = op("rebuild_memberships")
 	opRebuildBlockLists    = op("rebuild_block_lists")
 	opRebuildPresenceNodes = op("rebuild_presence_nodes")
+	// Web Push (push.go).
+	opSavePushSubscription   = op("save_push_subscription")
+	opDeletePushSubscription = op("delete_push_subscription")
+	opPushSubscriptionsOf    = op("push_subscriptions_of")
+	opPushSettingsOf         = op("push_settings_of")
+	opSetPushSettings        = op("set_push_settings")
+	opPushNoticeOf           = op("push_notice_of")
+	opSavePushNotice         = op("save_push_notice")
+	opDeletePushNotice       = op("delete_push_notice")
+	opCursorOf               = op("cursor_of")
 )
 
 var ops = []op{
@@ -74,6 +84,8 @@ var ops = []op{
 	opSetLastSeen, opPresenceOf, opForgetNodePresence, opBlock, opUnblock, opBlocksOf, opBlocked,
 	opBlockedWith, opDeleteAccount, opBackfill, opAudit, opSetName, opProfiles, opFindUsers,
 	opRebuildMemberships, opRebuildBlockLists, opRebuildPresenceNodes,
+	opSavePushSubscription, opDeletePushSubscription, opPushSubscriptionsOf, opPushSettingsOf, opSetPushSettings,
+	opPushNoticeOf, opSavePushNotice, opDeletePushNotice, opCursorOf,
 }
 
 // Metrics are the store instruments: how long each operation takes and how often it fails. An

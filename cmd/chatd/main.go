@@ -55,6 +55,7 @@ type options struct {
 	partitions, leaseReplicas, pooledWriters                                                   int
 	sendRate                                                                                   float64
 	readWindow, leaseTTL, jwtMaxLifetime                                                       time.Duration
+	push                                                                                       pushOptions
 }
 
 func parseOptions(args []string) (options, error) {
@@ -115,6 +116,9 @@ func parseOptions(args []string) (options, error) {
 		return o, err
 	}
 	fs.BoolVar(&o.devMode, "dev-mode", dev, "issue tokens for display names even with a secret set, e.g. for a local cluster (CHAT_DEV_MODE)")
+	if err := o.push.register(fs); err != nil {
+		return o, err
+	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -175,6 +179,9 @@ func run(args []string, log zerolog.Logger) error {
 		if cfg.JWTSecret, err = devSecret(o.dataDir); err != nil {
 			return err
 		}
+	}
+	if cfg.Push, err = o.push.config(o.dataDir); err != nil {
+		return err
 	}
 	if cfg.DevMode {
 		log.Warn().Msg("DEV MODE: anyone can sign in with any name (no CHAT_JWT_SECRET, or CHAT_DEV_MODE set). Never run this in production.")

@@ -1,0 +1,243 @@
+package node_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/push"
+	"github.com/chatd/chatd/testenv"
+	"github.com/chatd/chatd/testenv/poll"
+	"github.com/chatd/chatd/testenv/promtest"
+)
+
+// The tests in this file prove Web Push end to end: a node sends real RFC 8291 pushes, signed with
+// VAPID, to a push service on loopback (testenv.PushService) that checks the signature and
+// decrypts each payload with the device's keys, as a browser would.
+
+// pushWindow is the coalescing window of the tests: long enough for three sends over loopback.
+const pushWindow = 1500 * time.Millisecond
+
+// pushNode starts one node with Web Push on and a single push worker, so notifications are sent
+// in the order their windows closed: a later conversation's push proves an earlier one was
+// worked out.
+func pushNode(t *testing.T) (*testenv.Node, push.Config) {
+	t.Helper()
+	pub, priv, err := push.GenerateVAPIDKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testenv.NewEnv(t).NodeConfig()
+	cfg.Sequencer.Partitions = blockPartitions
+	cfg.Push = push.Config{VAPIDPublicKey: pub, VAPIDPrivateKey: priv, Subject: "mailto:ops@example.com",
+		Window: pushWindow, Workers: 1, AllowHTTP: true, Backoff: 50 * time.Millisecond, WithdrawEvery: 100 * time.Millisecond}
+	return testenv.StartNode(t, cfg), cfg.Push
+}
+
+// pushAPI calls a Web Push endpoint with the user's token and returns the status.
+func pushAPI(t *testing.T, n *testenv.Node, token, method, path string, body []byte) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), method, n.URL()+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// subscribeDevice signs name in without a socket and subscribes one device of theirs.
+func subscribeDevice(t *testing.T, n *testenv.Node, ps *testenv.PushService, name string) (*testenv.PushSubscription, string) {
+	t.Helper()
+	token, _, err := client.Login(ctxT(t, 10*time.Second), http.DefaultClient, n.URL(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := ps.Subscribe(t)
+	if code := pushAPI(t, n, token, http.MethodPut, "/api/push/subscriptions/phone", sub.JSON()); code != http.StatusNoContent {
+		t.Fatalf("subscribe %s: status %d", name, code)
+	}
+	return sub, token
+}
+
+// payloads decodes what a device received.
+func payloads(t *testing.T, ps *testenv.PushService, sub *testenv.PushSubscription) []push.Payload {
+	t.Helper()
+	var out []push.Payload
+	for _, r := range ps.Received(sub) {
+		var p push.Payload
+		if err := json.Unmarshal(r.Payload, &p); err != nil {
+			t.Fatalf("payload %q: %v", r.Payload, err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// waitPushes waits until sub has received want pushes.
+func waitPushes(t *testing.T, ps *testenv.PushService, sub *testenv.PushSubscription, want int, what string) []push.Payload {
+	t.Helper()
+	poll.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if got := len(ps.Received(sub)); got < want {
+			return fmt.Errorf("%s: %d pushes, want %d", what, got, want)
+		}
+		return nil
+	})
+	return payloads(t, ps, sub)
+}
+
+func mustSend(t *testing.T, c *client.Conn, conv, body string) {
+	t.Helper()
+	if _, err := c.Send(ctxT(t, 10*time.Second), conv, body); err != nil {
+		t.Fatalf("send %q: %v", body, err)
+	}
+}
+
+func TestWebPushReachesOfflineDevicesOncePerBurst(t *testing.T) {
+	n, cfg := pushNode(t)
+	ps := testenv.NewPushService(t)
+	ctx := ctxT(t, time.Minute)
+
+	// Setup while bob is online: a DM with alice, a group with carol, whom bob blocks.
+	alice, carol, bob := testenv.Connect(t, n.URL(), "alice"), testenv.Connect(t, n.URL(), "carol"), testenv.Connect(t, n.URL(), "bob")
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, err := alice.CreateGroup(ctx, "trio", []string{"bob", "carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blockRequest(t, bob, protocol.ClientFrame{Type: protocol.TypeBlockUser, UserID: "carol"})
+	_ = bob.Close()
+	bobSub, bobToken := subscribeDevice(t, n, ps, "bob")
+	aliceSub, _ := subscribeDevice(t, n, ps, "alice")
+
+	// Three messages within the window become one notification, counted, with alice's name and
+	// the newest text; alice, offline by the time it is sent, hears nothing of her own.
+	for _, body := range []string{"one", "two", "three"} {
+		mustSend(t, alice, dm.ID, body)
+	}
+	_ = alice.Close()
+	got := waitPushes(t, ps, bobSub, 1, "bob after alice's burst")
+	want := push.Payload{Type: push.PayloadMessage, ConversationID: dm.ID, Tag: dm.ID, Seq: 3, FirstUnreadSeq: 1, Count: 3,
+		ConversationName: "alice", SenderID: "alice", SenderName: "alice", Body: "three"}
+	if got[0] != want {
+		t.Fatalf("bob's notification:\n got %+v\nwant %+v", got[0], want)
+	}
+	r := ps.Received(bobSub)[0]
+	if r.VAPIDKey != cfg.VAPIDPublicKey || r.Topic == "" || r.TTL != int(push.DefaultTTL/time.Second) {
+		t.Fatalf("push signed with %q (want the node's key %q), topic %q, TTL %d", r.VAPIDKey, cfg.VAPIDPublicKey, r.Topic, r.TTL)
+	}
+
+	// A blocked sender notifies nobody who blocks them: carol's group message reaches alice's
+	// device (proving the window was worked out), never bob's.
+	mustSend(t, carol, group.ID, "from carol")
+	aliceGot := waitPushes(t, ps, aliceSub, 1, "alice after carol's group message")
+	if aliceGot[0].ConversationID != group.ID || aliceGot[0].ConversationName != "trio" || aliceGot[0].SenderName != "carol" {
+		t.Fatalf("alice's notification of the group: %+v", aliceGot[0])
+	}
+
+	// A muted conversation is silent: bob mutes the DM, alice writes in it, and then carol writes
+	// to alice; the single worker sends alice's notification only after the DM's was worked out.
+	settings, _ := json.Marshal(push.Settings{Preview: false, Muted: []string{dm.ID}})
+	if code := pushAPI(t, n, bobToken, http.MethodPut, "/api/push/settings", settings); code != http.StatusNoContent {
+		t.Fatalf("mute: status %d", code)
+	}
+	alice = testenv.Connect(t, n.URL(), "alice")
+	mustSend(t, alice, dm.ID, "while muted")
+	_ = alice.Close()
+	carolDM, err := carol.OpenDM(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSend(t, carol, carolDM.ID, "marker")
+	waitPushes(t, ps, aliceSub, 2, "alice after carol's DM")
+	if got := payloads(t, ps, bobSub); len(got) != 1 {
+		t.Fatalf("bob got %d notifications; want only the first (blocked sender, muted DM): %+v", len(got), got)
+	}
+	for _, p := range payloads(t, ps, aliceSub) {
+		if p.SenderID == "alice" {
+			t.Fatalf("alice was notified of her own message: %+v", p)
+		}
+	}
+
+	// Without previews a notification carries no text; a 410 removes the subscription, and the
+	// next message does not reach the push service at all.
+	settings, _ = json.Marshal(push.Settings{Preview: false})
+	if code := pushAPI(t, n, bobToken, http.MethodPut, "/api/push/settings", settings); code != http.StatusNoContent {
+		t.Fatalf("unmute: status %d", code)
+	}
+	alice = testenv.Connect(t, n.URL(), "alice")
+	mustSend(t, alice, dm.ID, "after unmuting")
+	got = waitPushes(t, ps, bobSub, 2, "bob after unmuting")
+	if got[1].Body != "" || got[1].Count != 5 || got[1].Seq != 5 {
+		t.Fatalf("bob's notification without preview: %+v; want no body, 5 unread (the muted one too), seq 5", got[1])
+	}
+	ps.Answer(bobSub, http.StatusGone)
+	mustSend(t, alice, dm.ID, "to a gone device")
+	promtest.WaitFor(t, promtest.URL(n.AdminURL()+"/metrics"), 15*time.Second, 1, "chatd_push_expired_total")
+	posts := ps.Posts(bobSub)
+	mustSend(t, alice, dm.ID, "after the 410")
+	_ = alice.Close()
+	mustSend(t, carol, group.ID, "group marker")
+	waitPushes(t, ps, aliceSub, 3, "alice after carol's group marker")
+	if got := ps.Posts(bobSub); got != posts {
+		t.Fatalf("bob's removed subscription got %d more pushes", got-posts)
+	}
+}
+
+func TestWebPushRetriesAFailingPushServiceAndWithdrawsWhatAReadCovers(t *testing.T) {
+	n, _ := pushNode(t)
+	ps := testenv.NewPushService(t)
+	ctx := ctxT(t, time.Minute)
+	alice := testenv.Connect(t, n.URL(), "alice")
+	bobSub, _ := subscribeDevice(t, n, ps, "bob")
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The push service fails twice (overloaded, then down): the third attempt delivers it, once.
+	ps.Answer(bobSub, http.StatusTooManyRequests, http.StatusServiceUnavailable)
+	mustSend(t, alice, dm.ID, "hello")
+	mustSend(t, alice, dm.ID, "are you there?")
+	got := waitPushes(t, ps, bobSub, 1, "bob after retries")
+	if posts := ps.Posts(bobSub); posts != 3 || got[0].Count != 2 {
+		t.Fatalf("%d posts, notification %+v; want 3 posts (two refused) and one notification of 2", posts, got[0])
+	}
+
+	// Bob reads the DM on his laptop: his phone's notification is withdrawn with the same tag.
+	bob := testenv.Connect(t, n.URL(), "bob")
+	if err := bob.Post(ctx, protocol.ClientFrame{Type: protocol.TypeRead, ConversationID: dm.ID, Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	got = waitPushes(t, ps, bobSub, 2, "bob's phone after reading on the laptop")
+	want := push.Payload{Type: push.PayloadWithdraw, ConversationID: dm.ID, Tag: dm.ID, Seq: 2}
+	if got[1] != want || ps.Received(bobSub)[1].Topic != ps.Received(bobSub)[0].Topic {
+		t.Fatalf("withdrawal %+v (topic %q, notification's %q); want %+v with the notification's topic",
+			got[1], ps.Received(bobSub)[1].Topic, ps.Received(bobSub)[0].Topic, want)
+	}
+	// While bob is online nothing more is pushed, and his read is not withdrawn twice.
+	mustSend(t, alice, dm.ID, "seen live")
+	carol := testenv.Connect(t, n.URL(), "carol")
+	daveSub, _ := subscribeDevice(t, n, ps, "dave")
+	group, err := carol.CreateGroup(ctx, "marker", []string{"dave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSend(t, carol, group.ID, "marker")
+	waitPushes(t, ps, daveSub, 1, "dave after the marker")
+	if got := len(ps.Received(bobSub)); got != 2 {
+		t.Fatalf("bob's phone got %d pushes; want 2 (nothing while he is online)", got)
+	}
+}
