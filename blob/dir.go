@@ -98,11 +98,26 @@ func (d *Dir) Put(ctx context.Context, key string, r io.Reader, size int64, cont
 		return Info{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	published = true
+	// The rename is durable once its directory is synced: a send may reference the object as
+	// soon as Put returns, and must not find it gone after a crash.
+	if err := syncDir(filepath.Dir(dst)); err != nil {
+		return Info{}, fmt.Errorf("put %s: %w", key, err)
+	}
 	info, err := os.Stat(dst)
 	if err != nil {
 		return Info{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	return Info{Key: key, Size: n, ContentType: contentType, Modified: info.ModTime()}, nil
+}
+
+// syncDir flushes a directory's entries to disk.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close() // read-only: its Sync is what matters
+	return d.Sync()
 }
 
 // Get opens the object's file past its header.

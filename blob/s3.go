@@ -50,8 +50,9 @@ func (c S3Config) Validate() error {
 
 // S3 is a Store in a bucket of an S3-compatible object store, through minio-go.
 type S3 struct {
-	client *minio.Client
-	bucket string
+	client    *minio.Client
+	transport *http.Transport // the client's own, so that Close can close its connections
+	bucket    string
 }
 
 var _ Store = (*S3)(nil)
@@ -62,23 +63,34 @@ func OpenS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	transport, err := minio.DefaultTransport(cfg.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("open s3 bucket %s at %s: %w", cfg.Bucket, cfg.Endpoint, err)
+	}
 	client, err := minio.New(cfg.Endpoint, &minio.Options{
-		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
-		Secure: cfg.TLS,
-		Region: cfg.Region,
+		Creds:     credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure:    cfg.TLS,
+		Region:    cfg.Region,
+		Transport: transport,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open s3 bucket %s at %s: %w", cfg.Bucket, cfg.Endpoint, err)
 	}
+	s := &S3{client: client, transport: transport, bucket: cfg.Bucket}
 	ok, err := client.BucketExists(ctx, cfg.Bucket)
+	if err == nil && !ok {
+		err = errors.New("no such bucket")
+	}
 	if err != nil {
+		s.Close()
 		return nil, fmt.Errorf("open s3 bucket %s at %s: %w", cfg.Bucket, cfg.Endpoint, err)
 	}
-	if !ok {
-		return nil, fmt.Errorf("open s3 bucket %s at %s: no such bucket", cfg.Bucket, cfg.Endpoint)
-	}
-	return &S3{client: client, bucket: cfg.Bucket}, nil
+	return s, nil
 }
+
+// Close closes the client's idle connections. Requests still running finish on theirs; call it
+// once nothing uses the store.
+func (s *S3) Close() { s.transport.CloseIdleConnections() }
 
 // Put uploads the object in one streamed request when its size is known, so nothing is
 // buffered, and in parts of S3PartSize otherwise. S3 publishes an object only once all of it
@@ -179,7 +191,12 @@ func (s *S3) ListOlder(ctx context.Context, prefix string, before time.Time) ite
 				yield(Info{}, fmt.Errorf("list %s: %w", prefix, obj.Err))
 				return
 			}
-			if obj.LastModified.Before(before) && !yield(objectInfo(obj), nil) {
+			if !obj.LastModified.Before(before) {
+				continue
+			}
+			info := objectInfo(obj)
+			info.ContentType = "" // some servers list it, others not: never promised
+			if !yield(info, nil) {
 				return
 			}
 		}

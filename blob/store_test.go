@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +47,29 @@ func openS3(t testing.TB) blob.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close)
 	return s
+}
+
+func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
+
+// TestOpenS3RefusesAMissingBucket: a misconfigured bucket shows when the store opens.
+func TestOpenS3RefusesAMissingBucket(t *testing.T) {
+	srv := testenv.StartS3(t)
+	_, err := blob.OpenS3(ctxT(t), blob.S3Config{
+		Endpoint: srv.Endpoint, Bucket: "no-such-bucket", Region: srv.Region,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
+	})
+	if err == nil || !strings.Contains(err.Error(), "no such bucket") {
+		t.Fatalf("open: %v, want no such bucket", err)
+	}
+	_, err = blob.OpenS3(ctxT(t), blob.S3Config{
+		Endpoint: srv.Endpoint, Bucket: srv.NewBucket(t), Region: srv.Region,
+		AccessKey: srv.AccessKey, SecretKey: "wrong",
+	})
+	if err == nil {
+		t.Fatal("opened with a wrong secret")
+	}
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -16,7 +16,10 @@ import (
 	"testing"
 
 	"github.com/chatd/chatd/media"
+	"github.com/chatd/chatd/testenv"
 )
+
+func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
 
 // picture is a w×h image, red on the left half and blue on the right, so a rotation shows.
 func picture(w, h int) *image.NRGBA {
