@@ -80,6 +80,18 @@ func (r *memberRecords) DeleteAccount(context.Context, string) (storage.DeletedA
 	return storage.DeletedAccount{}, nil
 }
 
+func (r *memberRecords) ConversationsOf(_ context.Context, userID string) ([]storage.Conversation, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []storage.Conversation
+	for _, c := range r.convs {
+		if c.IsMember(userID) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 // announcements is a Sender that records the system messages it is asked to sequence.
 type announcements struct {
 	mu   sync.Mutex
@@ -97,6 +109,10 @@ func (a *announcements) Send(_ context.Context, req sequencer.SendRequest) (prot
 }
 
 func (a *announcements) Reload(context.Context, string) error { return nil }
+
+func (a *announcements) EraseSender(context.Context, string, string) ([]int64, error) {
+	return nil, nil
+}
 
 func (a *announcements) all() []string {
 	a.mu.Lock()
@@ -254,6 +270,8 @@ func (o *owned) Send(_ context.Context, req sequencer.SendRequest) (protocol.Mes
 }
 
 func (o *owned) Reload(context.Context, string) error { return nil }
+
+func (o *owned) EraseSender(context.Context, string, string) ([]int64, error) { return nil, nil }
 
 func (o *owned) ConversationsOf(context.Context, string) ([]storage.Conversation, error) {
 	return nil, nil

@@ -446,6 +446,22 @@ func (f *fakeStore) HideConversation(_ context.Context, userID, conversationID s
 	return nil
 }
 
+func (f *fakeStore) eraseSender(id, userID string) []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var seqs []int64
+	for i := range f.msgs[id] {
+		if m := &f.msgs[id][i]; m.SenderID == userID {
+			if m.Kind != protocol.KindDeleted {
+				seqs = append(seqs, m.Seq)
+			}
+			m.Kind, m.Body, m.ReplyTo, m.SenderID = protocol.KindDeleted, "", 0, ""
+		}
+	}
+	f.recordDeletedLocked(id, seqs...)
+	return seqs
+}
+
 func (f *fakeStore) DeleteAccount(_ context.Context, userID string) (storage.DeletedAccount, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -470,22 +486,6 @@ func (f *fakeStore) DeleteAccount(_ context.Context, userID string) (storage.Del
 			delete(f.convs, id)
 			out.DMs = append(out.DMs, cloneConv(c))
 			continue
-		}
-		var seqs []int64
-		for i := range f.msgs[id] {
-			if m := &f.msgs[id][i]; m.SenderID == userID {
-				if m.Kind != protocol.KindDeleted {
-					seqs = append(seqs, m.Seq)
-				}
-				m.Kind, m.Body, m.ReplyTo, m.SenderID = protocol.KindDeleted, "", 0, ""
-			}
-		}
-		f.recordDeletedLocked(id, seqs...)
-		if len(seqs) > 0 {
-			if out.Tombstoned == nil {
-				out.Tombstoned = make(map[string][]int64)
-			}
-			out.Tombstoned[id] = seqs
 		}
 		f.removeMemberLocked(id, userID)
 		out.Groups = append(out.Groups, cloneConv(c))
@@ -749,6 +749,17 @@ func (f *fakeSender) Send(_ context.Context, req sequencer.SendRequest) (protoco
 	}
 	f.bus.publishMessage(wire.ConversationID, data)
 	return wire, nil
+}
+
+// EraseSender is the owner's part of an account deletion: the sender's messages in the
+// conversation become tombstones without a sender, recorded as deleted.
+func (f *fakeSender) EraseSender(_ context.Context, conversationID, userID string) ([]int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	return f.store.eraseSender(conversationID, userID), nil
 }
 
 // change is the owner's part of a change: the store makes it by the sequencer's rules, and what

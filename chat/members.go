@@ -22,6 +22,7 @@ type memberStore interface {
 	AddMembers(ctx context.Context, id string, userIDs []string) error
 	RemoveMember(ctx context.Context, id, userID string) error
 	DeleteAccount(ctx context.Context, userID string) (storage.DeletedAccount, error)
+	ConversationsOf(ctx context.Context, userID string) ([]storage.Conversation, error)
 }
 
 // membership is the part of the service that makes conversations and changes who is in them:
@@ -210,11 +211,26 @@ func (s *messaging) HideConversation(ctx context.Context, userID, convID string)
 	return nil
 }
 
-// DeleteAccount removes a user and everything of theirs (see storage.DeleteAccount), tells the
-// other members' devices, tells every node which group messages became tombstones (so its
-// unread counts leave them out), makes the owners forget the user's memberships, and closes the
-// user's connections on every node.
+// DeleteAccount removes a user and everything of theirs (see storage.DeleteAccount): first each
+// group's owner makes the user's messages there tombstones (the owner is the one writer of a
+// conversation's messages), then the store forgets the account. It tells the other members'
+// devices, tells every node which group messages became tombstones (so its unread counts leave
+// them out), makes the owners forget the user's memberships, and closes the user's connections on
+// every node.
 func (s *membership) DeleteAccount(ctx context.Context, userID string) error {
+	convs, err := s.store.ConversationsOf(ctx, userID)
+	if err != nil {
+		return fmt.Errorf("delete account %s: %w", userID, err)
+	}
+	tombstoned := make(map[string][]int64)
+	for _, c := range convs {
+		if c.Kind != storage.KindGroup {
+			continue
+		}
+		if tombstoned[c.ID], err = s.seq.EraseSender(ctx, c.ID, userID); err != nil {
+			return fmt.Errorf("delete account %s: %w", userID, err)
+		}
+	}
 	deleted, err := s.store.DeleteAccount(ctx, userID)
 	if err != nil {
 		return fmt.Errorf("delete account %s: %w", userID, err)
@@ -229,7 +245,7 @@ func (s *membership) DeleteAccount(ctx context.Context, userID string) error {
 	}
 	for _, g := range deleted.Groups {
 		s.publishUser(userID, userEvent{Type: userLeft, ConvID: g.ID})
-		for seqs := range slices.Chunk(deleted.Tombstoned[g.ID], maxTombstonedSeqs) {
+		for seqs := range slices.Chunk(tombstoned[g.ID], maxTombstonedSeqs) {
 			s.publishConversation(g.ID, conversationEvent{Type: convTombstoned, Seqs: seqs})
 		}
 		if _, err := s.announce(ctx, g.ID, "", "a member deleted their account"); err != nil {

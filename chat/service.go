@@ -43,6 +43,7 @@ type Store interface {
 type Sender interface {
 	Send(ctx context.Context, req sequencer.SendRequest) (protocol.Message, error)
 	Reload(ctx context.Context, conversationID string) error
+	EraseSender(ctx context.Context, conversationID, userID string) ([]int64, error)
 }
 
 // Reads coalesces read-cursor moves; readstate implements it.

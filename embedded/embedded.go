@@ -182,11 +182,18 @@ func StartMongo(cfg MongoConfig) (*Mongo, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Mongo{uri: f.MongoDBURI(), cancel: cancel, done: make(chan struct{})}
+	indexer := newIDIndexer(dir, logger)
+	indexed := make(chan struct{})
+	go func() {
+		defer close(indexed)
+		indexer.run(ctx)
+	}()
 	go func() {
 		defer close(m.done)
 		if err := f.Run(ctx); err != nil {
 			logger.Error("ferretdb stopped", "error", err)
 		}
+		<-indexed
 	}()
 	if err := waitForTCP(m.uri); err != nil {
 		m.Stop()

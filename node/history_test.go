@@ -1,14 +1,15 @@
 package node_test
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/chatd/chatd/client"
-	"github.com/chatd/chatd/node"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/session"
 	"github.com/chatd/chatd/storage"
@@ -49,14 +50,12 @@ func assertRange(t *testing.T, what string, page protocol.ServerFrame, from, to 
 func head(s []int64) []int64 { return s[:min(len(s), 5)] }
 
 // TestHistoryPagesAtAnyDepth pages a 100,000-message conversation at its start, middle and end;
-// every page is one find with conversationId equality, a bounded seq range and a limit, never skip.
+// every page reads the buckets it spans, and the newest messages' claims, each by its exact _id
+// (the one filter the embedded store answers from an index, and a single-shard lookup on
+// MongoDB), never a filter, a range or skip.
 func TestHistoryPagesAtAnyDepth(t *testing.T) {
 	const total = 100000
-	env, n, rec := monitoredNode(t, func(cfg *node.Config) {
-		// The embedded store scans all 100,000 messages for every page (about 2 s alone, much more
-		// on a loaded machine): give each request time.
-		cfg.StoreTimeout, cfg.Chat.OpTimeout, cfg.Session.PongTimeout = time.Minute, time.Minute, 2*time.Minute
-	})
+	env, n, rec := monitoredNode(t, nil)
 	ctx := ctxT(t, 5*time.Minute)
 	if err := testenv.Connect(t, n.URL(), "bob").Close(); err != nil {
 		t.Fatal(err)
@@ -91,28 +90,23 @@ func TestHistoryPagesAtAnyDepth(t *testing.T) {
 		t.Fatalf("after the end: %d messages, hasAfter %v, lastSeq %d", len(pastEnd.Messages), pastEnd.HasAfter, pastEnd.LastSeq)
 	}
 
-	finds := rec.Commands("find", "messages")
-	if len(finds) != 4 { // the page past the end needs no query
-		t.Fatalf("%d finds on messages for 5 pages; want 4", len(finds))
+	// The page past the end needs no read of messages; the others read the sealed buckets they
+	// span and, at the end, the claims of the newest messages (100,000 is 32 past a full bucket).
+	finds := append(rec.Commands("find", "messageBuckets"), rec.Commands("find", "messageClaims")...)
+	if len(finds) < 4 || len(finds) > 100 {
+		t.Fatalf("%d reads of messages for 5 pages; want 4 to 100", len(finds))
 	}
 	for _, f := range finds {
 		var cmd struct {
-			Filter struct {
-				ConversationID string `bson:"conversationId"`
-				Seq            struct {
-					Gte int64 `bson:"$gte"`
-					Lte int64 `bson:"$lte"`
-				} `bson:"seq"`
-			} `bson:"filter"`
-			Limit int64  `bson:"limit"`
-			Skip  *int64 `bson:"skip"`
+			Filter bson.M `bson:"filter"`
+			Skip   *int64 `bson:"skip"`
 		}
 		if err := bson.Unmarshal(f.Body, &cmd); err != nil {
 			t.Fatal(err)
 		}
-		width := cmd.Filter.Seq.Lte - cmd.Filter.Seq.Gte + 1
-		if cmd.Filter.ConversationID != dm.ID || width < 1 || width > protocol.MaxPageSize || cmd.Limit != width || cmd.Skip != nil {
-			t.Fatalf("history query is not a bounded seq range: %s", f.Body)
+		id, ok := cmd.Filter["_id"].(string)
+		if len(cmd.Filter) != 1 || !ok || !strings.HasPrefix(id, dm.ID+"/") || cmd.Skip != nil {
+			t.Fatalf("history read is not a lookup of one document by _id: %s", f.Body)
 		}
 	}
 }
@@ -251,5 +245,41 @@ func TestDeleteAccountLeavesNothingReadable(t *testing.T) {
 		t.Fatal("a token of the deleted account still opens a socket")
 	} else if de, ok := err.(*client.DialError); !ok || de.Status != http.StatusUnauthorized {
 		t.Fatalf("dial with the deleted account's token: %v; want 401", err)
+	}
+}
+
+// TestBucketSealedWithItsChanges: a conversation's messages are sealed into a bucket when they
+// fill it, by the owner from what it stored, with a change made before the seal (in the
+// message's claim) and a reaction made after it (in the bucket): the page shows both, and so does
+// the bucket as stored.
+func TestBucketSealedWithItsChanges(t *testing.T) {
+	env, _, alice, bob, dm := dmSetup(t)
+	ctx := ctxT(t, time.Minute)
+	for i := int64(1); i <= storage.BucketSize; i++ {
+		if _, err := alice.Send(ctx, dm.ID, fmt.Sprintf("m%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: dm.ID, Seq: 3, Body: "m3, edited"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	buckets := testenv.Database(t, storage.Config{URI: env.MongoURI, Database: env.Database}).Collection("messageBuckets")
+	var sealed struct {
+		Messages []storage.Message `bson:"messages"`
+	}
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		return buckets.FindOne(ctx, bson.D{{Key: "_id", Value: dm.ID + "/000000000000"}}).Decode(&sealed)
+	})
+	if len(sealed.Messages) != storage.BucketSize || sealed.Messages[2].Body != "m3, edited" {
+		t.Fatalf("sealed bucket: %d messages, seq 3 %q; want %d with the edit", len(sealed.Messages), sealed.Messages[2].Body, storage.BucketSize)
+	}
+	if _, err := bob.Request(ctx, protocol.ClientFrame{Type: protocol.TypeReact, ConversationID: dm.ID, Seq: 3, Emoji: "👍"}); err != nil {
+		t.Fatal(err)
+	}
+	page := history(t, bob, protocol.ClientFrame{ConversationID: dm.ID, After: ptr(int64(0)), Limit: 5})
+	if m := page.Messages[2]; m.Body != "m3, edited" || len(m.Reactions) != 1 {
+		t.Fatalf("seq 3 pages as %q with %d reactions; want the edit and bob's reaction", m.Body, len(m.Reactions))
 	}
 }

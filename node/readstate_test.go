@@ -21,9 +21,12 @@ import (
 func seedMessages(t *testing.T, store *storage.Store, conv, sender string, n int) {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
-	for start := 1; start <= n; start += 1000 {
+	// Batches of four whole buckets, which the insert seals: each stays well inside the store's
+	// operation timeout on a loaded machine.
+	const batchSize = 4 * storage.BucketSize
+	for start := 1; start <= n; start += batchSize {
 		var batch []storage.Message
-		for seq := start; seq < start+1000 && seq <= n; seq++ {
+		for seq := start; seq < start+batchSize && seq <= n; seq++ {
 			batch = append(batch, storage.Message{ConversationID: conv, Seq: int64(seq), SenderID: sender,
 				Kind: protocol.KindText, Body: fmt.Sprintf("m%d", seq), CreatedAt: time.Now().UTC(), ClientMsgID: uuid.NewString()})
 		}
@@ -34,6 +37,7 @@ func seedMessages(t *testing.T, store *storage.Store, conv, sender string, n int
 	if err := store.AdvanceCounters(ctx, map[string]storage.Counters{conv: {LastSeq: int64(n)}}); err != nil {
 		t.Fatalf("seed lastSeq: %v", err)
 	}
+
 }
 
 func latestBadge(t *testing.T, c *client.Conn, convID string, unread int64) {

@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 	"github.com/chatd/chatd/testenv"
 )
 
-// filtersOf returns the query filters in a command on the messages collection.
+// filtersOf returns the query filters in a command.
 func filtersOf(t *testing.T, c testenv.Command) []bson.Raw {
 	t.Helper()
 	var out []bson.Raw
@@ -48,9 +49,13 @@ func filtersOf(t *testing.T, c testenv.Command) []bson.Raw {
 	return out
 }
 
+// messageCollections hold a conversation's messages, their claims and their change log.
+var messageCollections = []string{"messageBuckets", "messageClaims", "messageChanges"}
+
 // TestMessageQueriesTargetOneConversation drives every path that touches messages (send, retry,
-// history, sync, receipts, delete, account deletion) and checks that each query on messages has
-// conversationId equality, so a cluster sharded on {conversationId: "hashed"} routes it to one shard.
+// history, sync, receipts, delete, account deletion) and checks that each read and write of a
+// message document is by the exact _id of one conversation's document: the one filter the
+// embedded store answers from an index, and a single-shard lookup on a cluster sharded on _id.
 func TestMessageQueriesTargetOneConversation(t *testing.T) {
 	_, n, rec := monitoredNode(t, nil)
 	ctx := ctxT(t, time.Minute)
@@ -88,27 +93,33 @@ func TestMessageQueriesTargetOneConversation(t *testing.T) {
 	}
 	deleteAccount(t, ctx, n, token)
 
+	ofOneConversation := func(id string) bool {
+		return strings.HasPrefix(id, dm.ID+"/") || strings.HasPrefix(id, group.ID+"/")
+	}
 	checked := 0
-	for _, c := range rec.Commands("", "messages") {
-		if c.Name == "insert" {
-			docs, _ := c.Body.Lookup("documents").Array().Values()
-			for _, d := range docs {
-				if _, err := d.Document().LookupErr("conversationId"); err != nil {
-					t.Fatalf("insert without conversationId: %s", c.Body)
+	for _, coll := range messageCollections {
+		for _, c := range rec.Commands("", coll) {
+			if c.Name == "insert" {
+				docs, _ := c.Body.Lookup("documents").Array().Values()
+				for _, d := range docs {
+					if id, ok := d.Document().Lookup("_id").StringValueOK(); !ok || !ofOneConversation(id) {
+						t.Fatalf("insert into %s of a document not keyed by its conversation: %s", coll, c.Body)
+					}
 				}
+				checked++
+				continue
 			}
-			checked++
-			continue
-		}
-		for _, f := range filtersOf(t, c) {
-			v, err := f.LookupErr("conversationId")
-			if err != nil || v.Type != bson.TypeString {
-				t.Fatalf("%s on messages without conversationId equality: %s", c.Name, c.Body)
+			for _, f := range filtersOf(t, c) {
+				elems, _ := f.Elements()
+				id, ok := f.Lookup("_id").StringValueOK()
+				if len(elems) != 1 || !ok || !ofOneConversation(id) {
+					t.Fatalf("%s on %s is not by the exact _id of one conversation's document: %s", c.Name, coll, c.Body)
+				}
+				checked++
 			}
-			checked++
 		}
 	}
 	if checked < 8 {
-		t.Fatalf("only %d queries on messages were seen; the workload did not run", checked)
+		t.Fatalf("only %d commands on message documents were seen; the workload did not run", checked)
 	}
 }

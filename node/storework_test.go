@@ -16,8 +16,8 @@ import (
 )
 
 // TestSendsCostTwoStoreWritesPerBatch: twenty members sending at once into one group cost the
-// store, per batch of sends, one insert of the messages and one update of the conversation's
-// counters, and no read-cursor write at all (the senders' read positions ride in the counters'
+// store, per batch of sends, one insert of the messages' claims (which hold them) and one update
+// of the conversation's counters, one insert per bucket they fill, and no read-cursor write at all (the senders' read positions ride in the counters'
 // update), nor any write of the conversation's own document with its member list; yet each
 // sender has read up to their own newest message, as their badge, computed from the store, shows.
 func TestSendsCostTwoStoreWritesPerBatch(t *testing.T) {
@@ -70,13 +70,16 @@ func TestSendsCostTwoStoreWritesPerBatch(t *testing.T) {
 	for _, c := range rec.Writes("") {
 		writes[c.Name+" "+c.Collection]++
 	}
-	inserts, updates := writes["insert messages"], writes["update conversationCounters"]
-	t.Logf("%d sends from %d senders: %d batches (inserts), store writes %v", senders*each, senders, inserts, writes)
+	inserts, seals, updates := writes["insert messageClaims"], writes["insert messageBuckets"], writes["update conversationCounters"]
+	t.Logf("%d sends from %d senders: %d batches (claim inserts), store writes %v", senders*each, senders, inserts, writes)
 	if writes["update readCursors"] > 0 || writes["insert readCursors"] > 0 {
 		t.Errorf("the sends wrote read cursors (%v); want none: a sender's position is stored with the batch", writes)
 	}
 	if inserts == 0 || updates != inserts {
-		t.Errorf("%d message inserts and %d counter updates; want one of each per batch", inserts, updates)
+		t.Errorf("%d claim inserts and %d counter updates; want one of each per batch", inserts, updates)
+	}
+	if seals != senders*each/storage.BucketSize || writes["update messageBuckets"] > 0 {
+		t.Errorf("%d buckets sealed, %d bucket updates; want one insert per full bucket and nothing else", seals, writes["update messageBuckets"])
 	}
 	if n := writes["update conversations"]; n > 0 {
 		t.Errorf("the sends rewrote the conversation's document, members and all, %d times; want its counters written apart", n)

@@ -54,7 +54,7 @@ func (s *memStore) Conversation(_ context.Context, id string) (storage.Conversat
 	return c, nil
 }
 
-func (s *memStore) HighestSeq(_ context.Context, id string) (int64, error) {
+func (s *memStore) RecoverSeq(_ context.Context, id string) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var high int64
@@ -65,6 +65,23 @@ func (s *memStore) HighestSeq(_ context.Context, id string) (int64, error) {
 	}
 	return high, nil
 }
+
+func (s *memStore) TombstoneSender(_ context.Context, id string, _ int64, userID string) ([]int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var seqs []int64
+	for i, m := range s.msgs {
+		if m.ConversationID == id && m.SenderID == userID {
+			seqs = append(seqs, m.Seq)
+			s.msgs[i].Kind, s.msgs[i].Body, s.msgs[i].SenderID = protocol.KindDeleted, "", ""
+		}
+	}
+	return seqs, nil
+}
+
+func (s *memStore) SealBuckets(context.Context, string, int64, int64) error { return nil }
+
+func (s *memStore) SealBucket(context.Context, []storage.Message) error { return nil }
 
 func (s *memStore) InsertMessages(ctx context.Context, msgs []storage.Message) error {
 	s.mu.Lock()

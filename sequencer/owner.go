@@ -20,6 +20,11 @@ import (
 // recovered from the store on its next send.
 const maxCachedConversations = 10000
 
+// maxTailMessages bounds the messages of unsealed buckets one partition keeps (tail): about the
+// order of its recent answers. Past it the tails are dropped, and those buckets are sealed from
+// the store's claims instead.
+const maxTailMessages = 1 << 16
+
 // partition is one owned partition: a NATS subscription feeding a queue, and one goroutine that
 // drains the queue in batches. Only that goroutine touches convs and recent, so they need no lock.
 type partition struct {
@@ -32,6 +37,9 @@ type partition struct {
 	done       chan struct{}
 	convs      map[string]*conversationState
 	recent     *recentIDs
+	// tails counts the messages of the conversations' tails, roughly (a forgotten conversation's
+	// stay counted until the tails are next dropped).
+	tails int
 
 	// closed is set by stop once the subscription is gone. A delivery already under way when it
 	// went may still arrive: it is refused rather than queued after the loop has drained the queue,
@@ -52,6 +60,10 @@ type conversationState struct {
 	members     map[string]bool
 	lastSeq     int64
 	lastVersion int64
+	// tail is the stored messages of the conversation's bucket not full yet, from its first seq,
+	// as they are now, when this owner stored them all: sealed from here when it fills, with no
+	// read (storage.SealBucket). Empty when not known.
+	tail []storage.Message
 }
 
 // entry is one send of a batch on its way to the store, and what became of it.
@@ -69,6 +81,8 @@ type entry struct {
 	// change is what a change request changed, published once it is stored; nil for a send, and
 	// for a change that changed nothing.
 	change *Change
+	// erased are the seqs an EraseSender request made tombstones.
+	erased []int64
 }
 
 // batchMessages holds the stored messages a batch reads and changes, each read once: a reply's
@@ -225,6 +239,10 @@ func (p *partition) flush(batch []pending) {
 				continue
 			}
 		}
+		if pd.req.EraseSender != "" {
+			p.erase(ctx, e)
+			continue
+		}
 		if pd.req.Op != "" {
 			p.change(ctx, e, key, msgs)
 			continue
@@ -241,7 +259,7 @@ func (p *partition) flush(batch []pending) {
 	}
 	if p.stillOwner != nil && !p.stillOwner() {
 		// Another node holds the partition now; what was stored will be found by the new owner
-		// through the unique index when the client retries.
+		// through the message's claims when the client retries.
 		p.seq.staleAcks.event(&p.seq.log, zerolog.WarnLevel).Int("partition", p.id).Int("sends", len(batch)).
 			Msg("partition claimed by another node; sends answered as retryable")
 		p.convs = make(map[string]*conversationState)
@@ -257,10 +275,86 @@ func (p *partition) flush(batch []pending) {
 	}
 	for i, e := range entries {
 		// Counted before the answer, so whoever got the answer sees it counted.
-		if req := batch[i].req; !req.Reload || req.Kind != "" { // a bare reload is not a send
+		if req := batch[i].req; (!req.Reload || req.Kind != "") && req.EraseSender == "" { // nor is a bare reload or an erase
 			p.seq.metrics.answered(e.result != nil, e.reason)
 		}
-		p.respond(batch[i].replyTo, answer(e.result, e.refused))
+		r := answer(e.result, e.refused)
+		if e.result != nil {
+			r.Erased = e.erased
+		}
+		p.respond(batch[i].replyTo, r)
+	}
+	p.seal(ctx, fresh)
+}
+
+// seal writes the buckets the batch's new messages filled, after the answers, so that no ack
+// waits for it: from the conversation's tail when this owner stored the whole bucket, else from
+// the store's claims (storage.SealBuckets). A seal that fails leaves the messages in their claims,
+// where they are read, and the next owner of the conversation seals the bucket.
+func (p *partition) seal(ctx context.Context, fresh []*entry) {
+	for _, e := range fresh { // each conversation's in seq order
+		if e.stored == nil || !e.assigned {
+			continue
+		}
+		c, ok := p.convs[e.msg.ConversationID]
+		if !ok {
+			continue
+		}
+		var err error
+		switch full := p.extendTail(c, e.msg); {
+		case full != nil:
+			err = p.seq.store.SealBucket(ctx, full)
+		case e.msg.Seq%storage.BucketSize == 0:
+			err = p.seq.store.SealBuckets(ctx, e.msg.ConversationID, e.msg.Seq, e.msg.Seq)
+		}
+		if err != nil {
+			p.seq.log.Warn().Err(err).Str("conversation", e.msg.ConversationID).Msg("seal a full bucket; its messages stay in their claims")
+		}
+	}
+}
+
+// extendTail adds a stored message to its conversation's tail, and returns the tail when the
+// message filled its bucket (the tail is then emptied).
+func (p *partition) extendTail(c *conversationState, m storage.Message) []storage.Message {
+	switch n := len(c.tail); {
+	case m.Seq%storage.BucketSize == 1:
+		p.dropTail(c)
+		c.tail = []storage.Message{m}
+	case n > 0 && c.tail[n-1].Seq+1 == m.Seq:
+		c.tail = append(c.tail, m)
+	default: // a bucket begun before this owner knew the conversation
+		p.dropTail(c)
+		return nil
+	}
+	p.tails++
+	if len(c.tail) == storage.BucketSize {
+		full := c.tail
+		p.dropTail(c)
+		return full
+	}
+	if p.tails > maxTailMessages {
+		p.tails = 0
+		for _, other := range p.convs {
+			other.tail = nil
+		}
+	}
+	return nil
+}
+
+// dropTail forgets a conversation's tail.
+func (p *partition) dropTail(c *conversationState) {
+	p.tails -= len(c.tail)
+	c.tail = nil
+}
+
+// changeTail puts a changed message's new state into its conversation's tail, if it is there.
+func (p *partition) changeTail(m storage.Message) {
+	c, ok := p.convs[m.ConversationID]
+	if !ok || len(c.tail) == 0 {
+		return
+	}
+	if i := m.Seq - c.tail[0].Seq; i >= 0 && i < int64(len(c.tail)) {
+		c.tail[i] = m
 	}
 }
 
@@ -385,6 +479,24 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 	e.result = &m
 }
 
+// erase makes the messages of a deleted account in e's conversation tombstones, here in the
+// owner's order, so that no bucket is written by two writers at once (the embedded store's
+// updates rewrite the whole document). It needs no member: the account is gone.
+func (p *partition) erase(ctx context.Context, e *entry) {
+	id := e.req.ConversationID
+	c, err := p.conversation(ctx, id)
+	if err == nil {
+		p.dropTail(c) // the store's messages change under it
+		e.erased, err = p.seq.store.TombstoneSender(ctx, id, c.lastSeq, e.req.EraseSender)
+	}
+	if err != nil {
+		p.seq.log.Error().Err(err).Str("conversation", id).Msg("erase the messages of a deleted account")
+		p.fail([]*entry{e}, failStore)
+		return
+	}
+	e.result = &protocol.Message{ConversationID: id}
+}
+
 // storeChanges writes the batch's changed messages: first the seqs of those it deleted onto
 // their conversations (so unread counts leave them out; a failure before the tombstone is
 // finished by the retry), then every changed message with one bulk of updates guarded by the
@@ -406,6 +518,9 @@ func (p *partition) storeChanges(ctx context.Context, entries []*entry, msgs *ba
 		err = p.seq.store.UpdateMessages(ctx, updates)
 	}
 	if err == nil {
+		for _, bm := range msgs.changed {
+			p.changeTail(bm.msg)
+		}
 		return
 	}
 	reason := failStore
@@ -645,8 +760,8 @@ func memberSet(members []string) map[string]bool {
 }
 
 // conversation returns the owner's state of a conversation, recovering it from the store on first
-// use: lastSeq is the larger of the counter and the highest stored seq, since the messages
-// collection is the truth.
+// use: lastSeq is the larger of the counter and the highest claimed seq, since the claims are
+// the truth (storage.RecoverSeq, which also seals a full bucket a failed owner left unsealed).
 func (p *partition) conversation(ctx context.Context, id string) (*conversationState, error) {
 	if c, ok := p.convs[id]; ok {
 		return c, nil
@@ -655,7 +770,7 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 	if err != nil {
 		return nil, err
 	}
-	high, err := p.seq.store.HighestSeq(ctx, id)
+	high, err := p.seq.store.RecoverSeq(ctx, id)
 	if err != nil {
 		return nil, err
 	}

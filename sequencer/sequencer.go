@@ -31,13 +31,16 @@ import (
 // Store is what the sequencer needs from the database.
 type Store interface {
 	Conversation(ctx context.Context, id string) (storage.Conversation, error)
-	HighestSeq(ctx context.Context, conversationID string) (int64, error)
+	RecoverSeq(ctx context.Context, conversationID string) (int64, error)
 	InsertMessages(ctx context.Context, msgs []storage.Message) error
 	MessageByClientID(ctx context.Context, conversationID, clientMsgID string) (storage.Message, error)
 	MessageRange(ctx context.Context, conversationID string, from, to int64) ([]storage.Message, error)
 	AdvanceCounters(ctx context.Context, counters map[string]storage.Counters) error
 	UpdateMessages(ctx context.Context, updates []storage.MessageUpdate) error
 	RecordDeleted(ctx context.Context, conversationID string, seqs []int64) error
+	TombstoneSender(ctx context.Context, conversationID string, lastSeq int64, userID string) ([]int64, error)
+	SealBuckets(ctx context.Context, conversationID string, from, to int64) error
+	SealBucket(ctx context.Context, msgs []storage.Message) error
 }
 
 // SendRequest is one message to sequence, or with Op one change of a stored message (see
@@ -58,16 +61,21 @@ type SendRequest struct {
 	// Reload makes the owner re-read the conversation's members first, so a membership change
 	// takes effect at once. With an empty Kind nothing is stored: it is only a reload.
 	Reload bool `json:"reload,omitempty"`
+	// EraseSender makes the owner turn every message of that (deleted) account in the
+	// conversation into a tombstone without a sender; nothing else is stored.
+	EraseSender string `json:"eraseSender,omitempty"`
 }
 
 // reply is what an owner answers a SendRequest with: the message as stored (after a change, its
 // new state), or a refusal: a protocol.Error's code, message (the reason the user is told) and
 // whether it is retryable, the same on the node that asked.
 type reply struct {
-	Message   *protocol.Message `json:"message,omitempty"`
-	Code      string            `json:"code,omitempty"`
-	Reason    string            `json:"reason,omitempty"`
-	Retryable bool              `json:"retryable,omitempty"`
+	Message *protocol.Message `json:"message,omitempty"`
+	// Erased are the seqs an EraseSender request made tombstones.
+	Erased    []int64 `json:"erased,omitempty"`
+	Code      string  `json:"code,omitempty"`
+	Reason    string  `json:"reason,omitempty"`
+	Retryable bool    `json:"retryable,omitempty"`
 }
 
 // answer is the reply of a request that ended with m, or with refusal when that is not nil.
@@ -173,22 +181,43 @@ func ChangeSubject(prefix, conversationID string) string {
 // its seq; with req.Op it makes that change of a stored message and returns the message's new
 // state. It retries while no owner answers, until ctx ends; the clientMsgId makes retries safe.
 func (s *Sequencer) Send(ctx context.Context, req SendRequest) (protocol.Message, error) {
+	r, err := s.ask(ctx, req)
+	if err != nil {
+		return protocol.Message{}, err
+	}
+	return *r.Message, nil
+}
+
+// EraseSender makes every message userID sent in a conversation a tombstone without a sender,
+// through the conversation's owner (the one writer of its messages), and returns the seqs that
+// were live. A retry after a lost answer returns none: they are tombstones already.
+func (s *Sequencer) EraseSender(ctx context.Context, conversationID, userID string) ([]int64, error) {
+	r, err := s.ask(ctx, SendRequest{ConversationID: conversationID, EraseSender: userID})
+	if err != nil {
+		return nil, fmt.Errorf("erase the messages of %s in %s: %w", userID, conversationID, err)
+	}
+	return r.Erased, nil
+}
+
+// ask sends req to the owner of its partition and returns the answer, retrying while no owner
+// answers, until ctx ends.
+func (s *Sequencer) ask(ctx context.Context, req SendRequest) (reply, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
-		return protocol.Message{}, fmt.Errorf("encode send request: %w", err)
+		return reply{}, fmt.Errorf("encode send request: %w", err)
 	}
 	p := s.PartitionOf(req.ConversationID)
 	subject := s.PartitionSubject(p)
 	backoff := 10 * time.Millisecond
 	for {
 		owner := s.epoch(p)
-		m, err := s.attempt(ctx, owner, subject, data)
+		r, err := s.attempt(ctx, owner, subject, data)
 		if !errors.Is(err, protocol.ErrUnavailable) {
-			return m, err
+			return r, err
 		}
 		select {
 		case <-ctx.Done():
-			return protocol.Message{}, fmt.Errorf("send to %s: %w (%v)", subject, protocol.ErrUnavailable, ctx.Err())
+			return reply{}, fmt.Errorf("send to %s: %w (%v)", subject, protocol.ErrUnavailable, ctx.Err())
 		case <-owner.Done():
 			backoff = 10 * time.Millisecond // a new owner: ask it now
 			continue
@@ -200,7 +229,7 @@ func (s *Sequencer) Send(ctx context.Context, req SendRequest) (protocol.Message
 
 // attempt asks the owner once. It gives up at AttemptTimeout, or as soon as the partition's
 // owner changes (owner is cancelled): a request to a dead owner is never answered.
-func (s *Sequencer) attempt(ctx, owner context.Context, subject string, data []byte) (protocol.Message, error) {
+func (s *Sequencer) attempt(ctx, owner context.Context, subject string, data []byte) (reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
 	defer cancel()
 	defer context.AfterFunc(owner, cancel)()
@@ -208,22 +237,22 @@ func (s *Sequencer) attempt(ctx, owner context.Context, subject string, data []b
 	if err != nil {
 		// No responders (no owner right now), a timeout, a new owner or a lost connection: all
 		// retryable.
-		return protocol.Message{}, fmt.Errorf("request %s: %w (%v)", subject, protocol.ErrUnavailable, err)
+		return reply{}, fmt.Errorf("request %s: %w (%v)", subject, protocol.ErrUnavailable, err)
 	}
 	var r reply
 	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		return protocol.Message{}, fmt.Errorf("decode reply from %s: %w", subject, err)
+		return reply{}, fmt.Errorf("decode reply from %s: %w", subject, err)
 	}
 	if refusal := r.refusal(); refusal != nil {
 		if errors.Is(refusal, protocol.ErrUnavailable) {
-			return protocol.Message{}, fmt.Errorf("owner of %s: %w", subject, refusal)
+			return reply{}, fmt.Errorf("owner of %s: %w", subject, refusal)
 		}
-		return protocol.Message{}, refusal
+		return reply{}, refusal
 	}
 	if r.Message == nil {
-		return protocol.Message{}, fmt.Errorf("reply from %s has no message", subject)
+		return reply{}, fmt.Errorf("reply from %s has no message", subject)
 	}
-	return *r.Message, nil
+	return r, nil
 }
 
 // epoch returns a context that is cancelled when partition p's owner changes.

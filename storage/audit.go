@@ -4,20 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/chatd/chatd/protocol"
 )
 
 // The audit reads every conversation through the store's own reads (Conversation with its
-// counters, HighestSeq, MessageRange over bounded ranges of seqs) and recounts from the messages
+// counters, the seq claims, the buckets of messages) and recounts from the messages
 // what the counters and the server's unread counts say. The raw queries it needs besides (listing
 // conversations, a conversation's cursors, the next stored seq after an empty range) are here, so
 // a change of the layout finds them in one file.
@@ -125,7 +123,11 @@ func (s *Store) Audit(ctx context.Context, opts *AuditOptions) (_ AuditReport, e
 	var report AuditReport
 	after := ""
 	for {
-		ids, err := s.conversationIDsAfter(ctx, after, o)
+		var ids []string
+		err := o.read(ctx, func(ctx context.Context) (err error) {
+			ids, err = s.conversationIDsAfter(ctx, after, o.Page)
+			return err
+		})
 		if err != nil {
 			return report, err
 		}
@@ -249,9 +251,7 @@ type messageTally struct {
 	docs int64
 	// last is the highest seq seen, copies its number of documents.
 	last, copies int64
-	// atLeast says copies may be more: a whole page held only that seq.
-	atLeast bool
-	gaps    []seqRange
+	gaps         []seqRange
 	// tombstones holds each tombstone's seq once, ascending.
 	tombstones []int64
 	// newestBy is each sender's newest message, system messages and deleted accounts left out:
@@ -264,18 +264,17 @@ type messageTally struct {
 	dups                []AuditDifference
 }
 
-func (t *messageTally) add(convID string, m Message, atLeast bool) {
+func (t *messageTally) add(convID string, m Message) {
 	t.docs++
 	if m.Seq == t.last && t.last > 0 {
 		t.copies++
-		t.atLeast = t.atLeast || atLeast
 		return
 	}
 	t.closeSeq(convID)
 	if m.Seq > t.last+1 {
 		t.gaps = append(t.gaps, seqRange{t.last + 1, m.Seq - 1})
 	}
-	t.last, t.copies, t.atLeast = m.Seq, 1, atLeast
+	t.last, t.copies = m.Seq, 1
 	if m.Kind == protocol.KindDeleted {
 		t.tombstones = append(t.tombstones, m.Seq)
 	}
@@ -293,12 +292,8 @@ func (t *messageTally) closeSeq(convID string) {
 	if t.copies <= 1 {
 		return
 	}
-	times := fmt.Sprintf("%d times", t.copies)
-	if t.atLeast {
-		times = "at least " + times
-	}
 	t.dups = append(t.dups, AuditDifference{ConversationID: convID, Check: AuditDuplicate, Seq: t.last,
-		Detail: fmt.Sprintf("seq %d is stored %s", t.last, times)})
+		Detail: fmt.Sprintf("seq %d is stored %d times", t.last, t.copies)})
 }
 
 // liveAfter counts the seqs after read up to the highest stored one that are stored and not
@@ -348,7 +343,7 @@ func (s *Store) auditConversation(ctx context.Context, id string, o AuditOptions
 	}
 	var high int64
 	if err := o.read(ctx, func(ctx context.Context) (err error) {
-		high, err = s.HighestSeq(ctx, id)
+		high, err = s.highestClaimed(ctx, id, c.LastSeq)
 		return err
 	}); err != nil {
 		return conversationAudit{}, err
@@ -481,93 +476,36 @@ func previewDifference(stored *MessagePreview, newest *Message) string {
 	return ""
 }
 
-// tallyMessages reads a conversation's messages 1..high in seq order into t, with MessageRange
-// over at most o.Page seqs at a time. A range read returns at most as many documents as its
-// width, so a duplicate pushes later seqs out of the page: each read asks one seq more than it
-// uses, and when it comes back full, the copies of its last seq may be cut, so that seq is read
-// again with the next page. A range with nothing stored is skipped to the next stored seq.
+// tallyMessages reads a conversation's messages 1..high in seq order into t, o.Page seqs (whole
+// buckets) at a time, every stored copy of a seq included.
 func (s *Store) tallyMessages(ctx context.Context, id string, high int64, o AuditOptions, t *messageTally) error {
-	width := int64(o.Page)
-	for from := int64(1); from <= high; {
-		to := min(from+width-1, high)
+	width := max(int64(o.Page)/BucketSize, 1) * BucketSize
+	for from := int64(1); from <= high; from += width {
 		var msgs []Message
 		if err := o.read(ctx, func(ctx context.Context) (err error) {
-			msgs, err = s.MessageRange(ctx, id, from, to+1)
+			msgs, err = s.bucketMessages(ctx, id, from, min(from+width-1, high))
 			return err
 		}); err != nil {
 			return err
 		}
-		next, whole := to+1, false
-		if n := len(msgs); int64(n) == to-from+2 {
-			switch last := msgs[n-1].Seq; {
-			case last > to: // every copy of the seqs up to to is here
-			case msgs[0].Seq == last: // a page of one seq: count it and move on
-				next, whole = last+1, true
-			default:
-				for n > 0 && msgs[n-1].Seq == last {
-					n--
-				}
-				msgs, next = msgs[:n], last
-			}
-		}
-		used := false
 		for _, m := range msgs {
-			if m.Seq <= to || whole {
-				t.add(id, m, whole)
-				used = true
-			}
+			t.add(id, m)
 		}
-		switch {
-		case used:
-		case len(msgs) > 0: // only seqs after to: the next page starts at the first of them
-			next = max(next, msgs[0].Seq)
-		default: // nothing stored from from on up to to+1: skip to the next stored seq, if any
-			seq, err := s.nextStoredSeq(ctx, id, from, o)
-			if err != nil {
-				return err
-			}
-			next = max(next, seq)
-		}
-		from = next
 	}
 	t.closeSeq(id)
 	return nil
 }
 
-// nextStoredSeq returns the lowest stored seq of a conversation at or after from, or
-// math.MaxInt64 when there is none.
-func (s *Store) nextStoredSeq(ctx context.Context, id string, from int64, o AuditOptions) (int64, error) {
-	var m struct {
-		Seq int64 `bson:"seq"`
-	}
-	err := o.read(ctx, func(ctx context.Context) error {
-		return decode(s.messages.FindOne(ctx,
-			bson.D{{Key: "conversationId", Value: id}, {Key: "seq", Value: bson.D{{Key: "$gte", Value: from}}}},
-			options.FindOne().SetSort(bson.D{{Key: "seq", Value: 1}}).SetProjection(bson.D{{Key: "seq", Value: 1}}),
-		), &m)
-	})
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return math.MaxInt64, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("find the next seq of %s from %d: %w", id, from, err)
-	}
-	return m.Seq, nil
-}
-
-// conversationIDsAfter lists up to o.Page conversation ids after after, in _id order.
-func (s *Store) conversationIDsAfter(ctx context.Context, after string, o AuditOptions) ([]string, error) {
+// conversationIDsAfter lists up to limit conversation ids after after, in _id order.
+func (s *Store) conversationIDsAfter(ctx context.Context, after string, limit int) ([]string, error) {
 	var docs []struct {
 		ID string `bson:"_id"`
 	}
-	err := o.read(ctx, func(ctx context.Context) error {
-		cur, err := s.conversations.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}}},
-			options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(o.Page)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
-		if err != nil {
-			return err
-		}
-		return readAll(ctx, cur, &docs)
-	})
+	cur, err := s.conversations.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}}},
+		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err == nil {
+		err = readAll(ctx, cur, &docs)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list conversations after %q: %w", after, err)
 	}

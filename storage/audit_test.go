@@ -179,29 +179,47 @@ func TestAuditReportsEachBreak(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	messages, counters, conversations := db.Collection("messages"), db.Collection("conversationCounters"), db.Collection("conversations")
+	buckets, claims := db.Collection("messageBuckets"), db.Collection("messageClaims")
+	counters, conversations := db.Collection("conversationCounters"), db.Collection("conversations")
 	rawMessage := func(conv string, seq int64, sender string) bson.D {
 		return bson.D{{Key: "conversationId", Value: conv}, {Key: "seq", Value: seq}, {Key: "senderId", Value: sender},
 			{Key: "kind", Value: protocol.KindText}, {Key: "body", Value: "raw"}, {Key: "createdAt", Value: time.Now()},
 			{Key: "clientMsgId", Value: fmt.Sprintf("raw-%s-%d", conv, seq)}}
 	}
+	// Each group's messages fill less than a bucket: they are in their seq claims.
+	seqClaim := func(conv string, seq int64) bson.D {
+		return bson.D{{Key: "_id", Value: fmt.Sprintf("%s/%012d", conv, seq)}}
+	}
 
 	// A gap: seq 9 (ann's, not her newest) gone.
-	_, err := messages.DeleteOne(ctx, bson.D{{Key: "conversationId", Value: "gap"}, {Key: "seq", Value: int64(9)}})
+	_, err := claims.DeleteOne(ctx, seqClaim("gap", 9))
 	raw("delete a message", err)
-	// A duplicate: seq 4 three times, at the end of the first page, where the copies push later
-	// seqs out of the range read. The unique index would refuse them, so it goes first.
-	raw("drop the unique seq index", messages.Indexes().DropOne(ctx, "conversation_seq"))
-	for i := range 2 {
-		dupe := rawMessage("dup", 4, "ann")
-		dupe[len(dupe)-1].Value = fmt.Sprintf("copy-%d", i)
-		_, err = messages.InsertOne(ctx, dupe)
-		raw("insert a duplicate seq", err)
+	// A duplicate: a bucket written by hand with seq 4 three times among the group's messages.
+	var dup []bson.M
+	for seq := int64(1); seq <= auditSeqs; seq++ {
+		var c struct {
+			Message bson.M `bson:"message"`
+		}
+		raw("read a claim", claims.FindOne(ctx, seqClaim("dup", seq)).Decode(&c))
+		dup = append(dup, c.Message)
+		if seq == 4 {
+			for i := range 2 {
+				dup = append(dup, bson.M{"conversationId": "dup", "seq": int64(4), "senderId": "ann", "kind": protocol.KindText,
+					"body": "raw", "createdAt": time.Now(), "clientMsgId": fmt.Sprintf("copy-%d", i)})
+			}
+		}
 	}
-	// Seqs above lastSeq, the first next to it and one far beyond, with a gap between.
-	for _, seq := range []int64{auditSeqs + 1, auditSeqs + 50} {
-		_, err = messages.InsertOne(ctx, rawMessage("above", seq, "ben"))
-		raw("insert above lastSeq", err)
+	_, err = buckets.InsertOne(ctx, bson.D{{Key: "_id", Value: "dup/000000000000"}, {Key: "conversationId", Value: "dup"}, {Key: "messages", Value: dup}})
+	raw("write a bucket with copies", err)
+	// Seqs above lastSeq, claimed by a writer that stored a message in the first and the last of
+	// them only.
+	for seq := int64(auditSeqs + 1); seq <= auditSeqs+50; seq++ {
+		claim := append(seqClaim("above", seq), bson.E{Key: "conversationId", Value: "above"}, bson.E{Key: "seq", Value: seq})
+		if seq == auditSeqs+1 || seq == auditSeqs+50 {
+			claim = append(claim, bson.E{Key: "message", Value: rawMessage("above", seq, "ben")})
+		}
+		_, err = claims.InsertOne(ctx, claim)
+		raw("claim a seq above lastSeq", err)
 	}
 	// Counters lowered: lastSeq by two, lastVersion by one, ben's newest message.
 	_, err = counters.UpdateOne(ctx, bson.D{{Key: "_id", Value: "counter"}}, bson.D{{Key: "$set", Value: bson.D{

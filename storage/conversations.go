@@ -75,31 +75,15 @@ func (c *Conversation) merge(k counterDoc) {
 	}
 }
 
-// withCounters merges each conversation's counter document into it, in one read.
+// withCounters merges each conversation's counter document into it, each read by _id.
 func (s *Store) withCounters(ctx context.Context, convs []Conversation) error {
-	if len(convs) == 0 {
-		return nil
+	ids := make([]string, len(convs))
+	for i, c := range convs {
+		ids[i] = c.ID
 	}
-	// An exact _id is the one filter FerretDB answers from its primary key; $in scans there.
-	filter := bson.D{{Key: "_id", Value: convs[0].ID}}
-	if len(convs) > 1 {
-		ids := make([]string, len(convs))
-		for i, c := range convs {
-			ids[i] = c.ID
-		}
-		filter = bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}
-	}
-	cur, err := s.counters.Find(ctx, filter)
+	byID, err := findByIDs[counterDoc](ctx, s.counters, ids)
 	if err != nil {
-		return fmt.Errorf("find counters of %d conversations: %w", len(convs), err)
-	}
-	var docs []counterDoc
-	if err := readAll(ctx, cur, &docs); err != nil {
 		return fmt.Errorf("read counters of %d conversations: %w", len(convs), err)
-	}
-	byID := make(map[string]counterDoc, len(docs))
-	for _, k := range docs {
-		byID[k.ID] = k
 	}
 	for i := range convs {
 		if k, ok := byID[convs[i].ID]; ok {
@@ -146,9 +130,12 @@ func (c Conversation) IsMember(userID string) bool {
 
 // EnsureConversation stores c unless a conversation with its id exists, and returns the stored
 // one. Opening the same DM twice therefore yields the one conversation of that pair. Every member
-// gets a read cursor.
+// gets a read cursor, and the conversation in their memberships.
 func (s *Store) EnsureConversation(ctx context.Context, c Conversation) (_ Conversation, err error) {
 	defer s.metrics.observe(opEnsureConversation, time.Now(), &err)
+	if err := s.addMemberships(ctx, c.ID, c.Members); err != nil {
+		return Conversation{}, err
+	}
 	var stored Conversation
 	err = decode(s.conversations.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: c.ID}},
@@ -183,9 +170,38 @@ func (s *Store) conversationWithCounters(ctx context.Context, c Conversation) (C
 	return one[0], nil
 }
 
-// ConversationsOf returns every conversation userID is a member of.
+// ConversationsOf returns every conversation userID is a member of: the user's memberships
+// document, then each conversation it names and its counters, all read by _id (on the embedded
+// store a filter on members read every conversation). A conversation is the truth of who is in
+// it: one the memberships name but whose members leave the user out (a removal whose memberships
+// write failed, or lost to a race) is not returned. A user with no memberships document is in
+// no conversation.
 func (s *Store) ConversationsOf(ctx context.Context, userID string) (_ []Conversation, err error) {
 	defer s.metrics.observe(opConversationsOf, time.Now(), &err)
+	ids, err := s.memberships.of(ctx, userID)
+	if err != nil {
+		return nil, fmt.Errorf("read memberships of %s: %w", userID, err)
+	}
+	byID, err := findByIDs[Conversation](ctx, s.conversations, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read conversations of %s: %w", userID, err)
+	}
+	out := make([]Conversation, 0, len(byID))
+	for _, id := range ids {
+		if c, ok := byID[id]; ok && c.IsMember(userID) {
+			out = append(out, c)
+		}
+	}
+	if err := s.withCounters(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// conversationsWithMember returns every conversation whose members include userID, found by the
+// members themselves: one filter over all conversations, a scan on the embedded store, for an
+// account deletion, which must find them all even where a memberships document fell short.
+func (s *Store) conversationsWithMember(ctx context.Context, userID string) ([]Conversation, error) {
 	cur, err := s.conversations.Find(ctx, bson.D{{Key: "members", Value: userID}})
 	if err != nil {
 		return nil, fmt.Errorf("find conversations of %s: %w", userID, err)
@@ -270,9 +286,12 @@ func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counter
 	return nil
 }
 
-// AddMembers adds users to a group, each with a read cursor.
+// AddMembers adds users to a group, each with a read cursor and the group in their memberships.
 func (s *Store) AddMembers(ctx context.Context, id string, userIDs []string) (err error) {
 	defer s.metrics.observe(opAddMembers, time.Now(), &err)
+	if err := s.addMemberships(ctx, id, userIDs); err != nil {
+		return err
+	}
 	_, err = s.conversations.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}},
 		bson.D{{Key: "$addToSet", Value: bson.D{{Key: "members", Value: bson.D{{Key: "$each", Value: userIDs}}}}}})
@@ -282,7 +301,8 @@ func (s *Store) AddMembers(ctx context.Context, id string, userIDs []string) (er
 	return s.createCursors(ctx, id, userIDs)
 }
 
-// RemoveMember removes a user from a group, with their read cursor.
+// RemoveMember removes a user from a group, with their read cursor, and the group from their
+// memberships.
 func (s *Store) RemoveMember(ctx context.Context, id, userID string) (err error) {
 	defer s.metrics.observe(opRemoveMember, time.Now(), &err)
 	_, err = s.conversations.UpdateOne(ctx,
@@ -294,5 +314,43 @@ func (s *Store) RemoveMember(ctx context.Context, id, userID string) (err error)
 	if _, err := s.cursors.DeleteOne(ctx, bson.D{{Key: "_id", Value: cursorID(userID, id)}}); err != nil {
 		return fmt.Errorf("delete cursor of %s in %s: %w", userID, id, err)
 	}
+	return s.removeMemberships(ctx, id, userID)
+}
+
+// addMemberships puts conversation id in the memberships of each of users. It runs before the
+// users join the conversation itself (and removeMemberships after they leave it), so a failure
+// in between leaves a membership the conversation does not back, which readers skip, never a
+// member whose connect does not find the conversation.
+func (s *Store) addMemberships(ctx context.Context, id string, users []string) error {
+	each := make(map[string][]string, len(users))
+	for _, u := range users {
+		each[u] = []string{id}
+	}
+	if _, err := s.memberships.add(ctx, each); err != nil {
+		return fmt.Errorf("add %s to the memberships of %d users: %w", id, len(users), err)
+	}
 	return nil
+}
+
+// removeMemberships takes conversation id out of the memberships of each of users.
+func (s *Store) removeMemberships(ctx context.Context, id string, users ...string) error {
+	each := make(map[string][]string, len(users))
+	for _, u := range users {
+		each[u] = []string{id}
+	}
+	if _, err := s.memberships.remove(ctx, each); err != nil {
+		return fmt.Errorf("remove %s from the memberships of %d users: %w", id, len(users), err)
+	}
+	return nil
+}
+
+// RebuildMemberships adds every conversation to the memberships of each of its members, in one
+// pass over the conversations: the migration of a store written before memberships existed, and
+// the repair of one a rare lost update left short. It only adds, so it is safe to rerun and to
+// run beside live traffic; a membership the conversations no longer back is skipped by readers.
+func (s *Store) RebuildMemberships(ctx context.Context) (err error) {
+	defer s.metrics.observe(opRebuildMemberships, time.Now(), &err)
+	return rebuildIndex(ctx, s.memberships, s.conversations, bson.D{},
+		bson.D{{Key: "_id", Value: 1}, {Key: "members", Value: 1}},
+		func(c Conversation) ([]string, string) { return c.Members, c.ID })
 }

@@ -78,16 +78,29 @@ func (s *Store) AdvanceCursors(ctx context.Context, cursors []Cursor) (err error
 	return nil
 }
 
-// CursorsOf returns every read cursor of a user.
+// CursorsOf returns the read cursor of a user in each conversation of their memberships: each
+// read by its _id, user|conversation (on the embedded store a filter on userId read every
+// cursor). A cursor exists exactly while its user is a member, so a membership left behind finds
+// none.
 func (s *Store) CursorsOf(ctx context.Context, userID string) (_ []Cursor, err error) {
 	defer s.metrics.observe(opCursorsOf, time.Now(), &err)
-	cur, err := s.cursors.Find(ctx, bson.D{{Key: "userId", Value: userID}})
+	convs, err := s.memberships.of(ctx, userID)
 	if err != nil {
-		return nil, fmt.Errorf("find cursors of %s: %w", userID, err)
+		return nil, fmt.Errorf("read memberships of %s: %w", userID, err)
 	}
-	var out []Cursor
-	if err := readAll(ctx, cur, &out); err != nil {
+	ids := make([]string, len(convs))
+	for i, c := range convs {
+		ids[i] = cursorID(userID, c)
+	}
+	byID, err := findByIDs[Cursor](ctx, s.cursors, ids)
+	if err != nil {
 		return nil, fmt.Errorf("read cursors of %s: %w", userID, err)
+	}
+	out := make([]Cursor, 0, len(byID))
+	for _, id := range ids {
+		if c, ok := byID[id]; ok {
+			out = append(out, c)
+		}
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -19,13 +20,20 @@ import (
 
 // Collection names.
 const (
-	messagesCollection      = "messages"
-	conversationsCollection = "conversations"
-	countersCollection      = "conversationCounters"
-	cursorsCollection       = "readCursors"
-	usersCollection         = "users"
-	blocksCollection        = "blocks"
-	presenceCollection      = "presence"
+	bucketsCollection        = "messageBuckets"
+	claimsCollection         = "messageClaims"
+	changesCollection        = "messageChanges"
+	legacyMessagesCollection = "messages"
+	conversationsCollection  = "conversations"
+	countersCollection       = "conversationCounters"
+	cursorsCollection        = "readCursors"
+	usersCollection          = "users"
+	blocksCollection         = "blocks"
+	presenceCollection       = "presence"
+	// The user-keyed indexes (userIndex): each document's _id is a user id.
+	membershipsCollection   = "memberships"
+	blockListsCollection    = "blockLists"
+	presenceNodesCollection = "presenceNodes"
 )
 
 // DefaultOperationTimeout bounds one store round trip when the caller's context has no earlier
@@ -80,14 +88,25 @@ func (c Config) Validate() error {
 
 // Store is the chat data in MongoDB.
 type Store struct {
-	client        *mongo.Client
-	messages      *mongo.Collection
-	conversations *mongo.Collection
-	counters      *mongo.Collection
-	cursors       *mongo.Collection
-	users         *mongo.Collection
-	blocks        *mongo.Collection
-	presence      *mongo.Collection
+	client  *mongo.Client
+	buckets *mongo.Collection
+	claims  *mongo.Collection
+	changes *mongo.Collection
+	// legacyMessages is the layout before buckets, one document per message: read only by
+	// Backfill and Migrate (legacy.go).
+	legacyMessages *mongo.Collection
+	conversations  *mongo.Collection
+	counters       *mongo.Collection
+	cursors        *mongo.Collection
+	users          *mongo.Collection
+	blocks         *mongo.Collection
+	presence       *mongo.Collection
+	// memberships lists each user's conversations (truth: the conversations' members),
+	// blockLists whom each user blocks (truth: blocks), presenceNodes the nodes that hold each
+	// user's connections (truth: presence), so that a connect reads them by the user's _id.
+	memberships   *userIndex
+	blockLists    *userIndex
+	presenceNodes *userIndex
 	metrics       *Metrics
 }
 
@@ -114,15 +133,21 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	db := client.Database(cfg.Database)
 	s := &Store{
-		client:        client,
-		messages:      db.Collection(messagesCollection),
-		conversations: db.Collection(conversationsCollection),
-		counters:      db.Collection(countersCollection),
-		cursors:       db.Collection(cursorsCollection),
-		users:         db.Collection(usersCollection),
-		blocks:        db.Collection(blocksCollection),
-		presence:      db.Collection(presenceCollection),
-		metrics:       cfg.Metrics,
+		client:         client,
+		buckets:        db.Collection(bucketsCollection),
+		claims:         db.Collection(claimsCollection),
+		changes:        db.Collection(changesCollection),
+		legacyMessages: db.Collection(legacyMessagesCollection),
+		conversations:  db.Collection(conversationsCollection),
+		counters:       db.Collection(countersCollection),
+		cursors:        db.Collection(cursorsCollection),
+		users:          db.Collection(usersCollection),
+		blocks:         db.Collection(blocksCollection),
+		presence:       db.Collection(presenceCollection),
+		memberships:    newUserIndex(db, membershipsCollection, "conversations"),
+		blockLists:     newUserIndex(db, blockListsCollection, "blocked"),
+		presenceNodes:  newUserIndex(db, presenceNodesCollection, "nodes"),
+		metrics:        cfg.Metrics,
 	}
 	if cfg.SkipIndexes {
 		return s, nil
@@ -158,20 +183,23 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		keys   bson.D
 		unique bool
 	}{
-		// The sequence itself: one message per seq per conversation. This fences a stale owner.
-		{s.messages, "conversation_seq", bson.D{{Key: "conversationId", Value: 1}, {Key: "seq", Value: 1}}, true},
-		// Idempotent sends: a retried clientMsgId cannot be stored twice.
-		{s.messages, "conversation_client_msg", bson.D{{Key: "conversationId", Value: 1}, {Key: "clientMsgId", Value: 1}}, true},
-		// A reconnecting client's catch-up on edits, reactions and deletions (ChangedMessages).
-		{s.messages, "conversation_version", bson.D{{Key: "conversationId", Value: 1}, {Key: "version", Value: 1}}, false},
+		// Messages, claims and the change log are read by _id only (buckets.go); these serve the
+		// removal of a deleted DM's documents.
+		{s.buckets, "conversation", bson.D{{Key: "conversationId", Value: 1}}, false},
+		{s.claims, "conversation", bson.D{{Key: "conversationId", Value: 1}}, false},
+		// An account deletion finds the conversations it leaves by their members, the truth,
+		// rather than by the user's memberships document, which a rare lost update may have
+		// left short (userIndex.change). Connects read memberships by _id.
 		{s.conversations, "members", bson.D{{Key: "members", Value: 1}}, false},
+		// A receipt privacy change and an account deletion reach all of a user's cursors.
 		{s.cursors, "user_conversation", bson.D{{Key: "userId", Value: 1}, {Key: "conversationId", Value: 1}}, true},
 		// Receipts count the cursors of one conversation at or past a seq.
 		{s.cursors, "conversation_read_seq", bson.D{{Key: "conversationId", Value: 1}, {Key: "readSeq", Value: 1}}, false},
-		// A user's block list, and an account deletion's cleanup of blocks on either side.
+		// An account deletion's cleanup of blocks on either side (lists read blockLists by _id).
 		{s.blocks, "blocker", bson.D{{Key: "blocker", Value: 1}}, false},
 		{s.blocks, "blocked", bson.D{{Key: "blocked", Value: 1}}, false},
-		// Who is online: a user's connected nodes, and a restarted node's leftovers.
+		// An account deletion's cleanup of a user's records, and a restarted node's leftovers
+		// (who is online reads presenceNodes, then each record, by _id).
 		{s.presence, "user", bson.D{{Key: "userId", Value: 1}}, false},
 		{s.presence, "node", bson.D{{Key: "node", Value: 1}}, false},
 		// Find a person: a prefix of a name or of a word in it (FindUsers).
@@ -197,6 +225,68 @@ func findByID[T any](ctx context.Context, coll *mongo.Collection, id string) (T,
 		return doc, fmt.Errorf("find %s %s: %w", coll.Name(), id, err)
 	}
 	return doc, nil
+}
+
+// maxConcurrentReads bounds the reads by _id one operation has in flight at once: enough to
+// overlap the round trips of a connect's few dozen reads, few enough that a reconnect storm of
+// loads (each already holding one of the chat service's sync read slots) does not open hundreds
+// of connections to the store.
+const maxConcurrentReads = 16
+
+// findByIDs reads the documents with the given ids, one exact {_id: value} find each, at most
+// maxConcurrentReads at once, and returns those that exist by id (a repeated id is read once).
+// An exact _id is the one filter FerretDB v1, the embedded store, answers from its primary key:
+// {_id: {$in: ids}} scans the whole collection there, which made a connect with 5,000 users
+// stored take seconds. On MongoDB each is an _id index lookup, and the round trips overlap.
+func findByIDs[T any](ctx context.Context, coll *mongo.Collection, ids []string) (map[string]T, error) {
+	out := make(map[string]T, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	slots := make(chan struct{}, maxConcurrentReads)
+	started := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if started[id] {
+			continue
+		}
+		started[id] = true
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done(): // a read failed, or the caller gave up: start no more
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			doc, err := findByID[T](ctx, coll, id)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				out[id] = doc
+			case errors.Is(err, ErrNotFound):
+			case firstErr == nil:
+				firstErr = err
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("read %d documents of %s: %w", len(ids), coll.Name(), err)
+	}
+	return out, nil
 }
 
 // maxWritesPerCommand bounds the statements in one update command. FerretDB v1.24, the embedded

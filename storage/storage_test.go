@@ -37,7 +37,7 @@ func TestInsertStopsAtDuplicateSeq(t *testing.T) {
 	if len(got) != 3 || got[2].Seq != 3 {
 		t.Fatalf("want seqs 1..3 stored, got %d messages", len(got))
 	}
-	high, err := s.HighestSeq(ctx, "c")
+	high, err := s.RecoverSeq(ctx, "c")
 	if err != nil || high != 3 {
 		t.Fatalf("highest seq = %d, %v; want 3", high, err)
 	}

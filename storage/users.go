@@ -149,28 +149,17 @@ func (s *Store) User(ctx context.Context, id string) (_ User, err error) {
 	return u, err
 }
 
-// MissingUsers returns those of ids that have no account (deleted accounts included).
+// MissingUsers returns those of ids that have no account (deleted accounts included), each
+// account read by _id.
 func (s *Store) MissingUsers(ctx context.Context, ids []string) (_ []string, err error) {
 	defer s.metrics.observe(opMissingUsers, time.Now(), &err)
-	cur, err := s.users.Find(ctx,
-		bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, notDeleted},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	found, err := findByIDs[User](ctx, s.users, ids)
 	if err != nil {
-		return nil, fmt.Errorf("find %d users: %w", len(ids), err)
-	}
-	var found []struct {
-		ID string `bson:"_id"`
-	}
-	if err := readAll(ctx, cur, &found); err != nil {
 		return nil, fmt.Errorf("read %d users: %w", len(ids), err)
-	}
-	exists := make(map[string]bool, len(found))
-	for _, f := range found {
-		exists[f.ID] = true
 	}
 	var missing []string
 	for _, id := range ids {
-		if !exists[id] {
+		if u, ok := found[id]; !ok || u.DeletedAt != nil {
 			missing = append(missing, id)
 		}
 	}
@@ -217,10 +206,22 @@ func (s *Store) SetName(ctx context.Context, userID, name string) (err error) {
 }
 
 // Profiles returns the accounts of ids that exist or existed (a deleted one as its tombstone:
-// DeletedAt set, no name), with only their ids, names and deletion times read.
+// DeletedAt set, no name), in the order of ids, each read by _id, with only their ids, names and
+// deletion times.
 func (s *Store) Profiles(ctx context.Context, ids []string) (_ []User, err error) {
 	defer s.metrics.observe(opProfiles, time.Now(), &err)
-	return s.findUsers(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find())
+	found, err := findByIDs[User](ctx, s.users, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read %d users: %w", len(ids), err)
+	}
+	users := make([]User, 0, len(found))
+	for _, id := range ids {
+		if u, ok := found[id]; ok {
+			users = append(users, User{ID: u.ID, Name: u.Name, DeletedAt: u.DeletedAt})
+			delete(found, id) // a repeated id once
+		}
+	}
+	return users, nil
 }
 
 // FindUsers returns up to limit accounts, not deleted and other than except, whose name or a word
@@ -234,11 +235,8 @@ func (s *Store) FindUsers(ctx context.Context, prefix, except string, limit int6
 		{Key: "_id", Value: bson.D{{Key: "$ne", Value: except}}},
 		notDeleted,
 	}
-	return s.findUsers(ctx, filter, options.Find().SetSort(bson.D{{Key: "name", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(limit))
-}
-
-func (s *Store) findUsers(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]User, error) {
-	cur, err := s.users.Find(ctx, filter, opts.SetProjection(bson.D{{Key: "name", Value: 1}, {Key: "deletedAt", Value: 1}}))
+	cur, err := s.users.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "name", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(limit).
+		SetProjection(bson.D{{Key: "name", Value: 1}, {Key: "deletedAt", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("find users: %w", err)
 	}

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -57,4 +58,43 @@ func Database(t testing.TB, cfg storage.Config) *mongo.Database {
 		}
 	})
 	return client.Database(cfg.Database)
+}
+
+// BackdateMessages sets createdAt of the messages from..to of a conversation to at, where they
+// are stored (storage/buckets.go): in its sealed bucket (BucketSize seqs to a document, _id the
+// conversation and the bucket's number), else in the message's seq claim. For a test of how a
+// page shows days.
+func BackdateMessages(t testing.TB, cfg storage.Config, conversationID string, from, to int64, at time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := Database(t, cfg)
+	buckets, claims := db.Collection("messageBuckets"), db.Collection("messageClaims")
+	for n := (from - 1) / storage.BucketSize; n <= (to-1)/storage.BucketSize; n++ {
+		id := bson.D{{Key: "_id", Value: fmt.Sprintf("%s/%012d", conversationID, n)}}
+		var b struct {
+			Messages []bson.M `bson:"messages"`
+		}
+		err := buckets.FindOne(ctx, id).Decode(&b)
+		if errors.Is(err, mongo.ErrNoDocuments) { // not sealed: each message is in its claim
+			for seq := max(from, n*storage.BucketSize+1); seq <= min(to, (n+1)*storage.BucketSize); seq++ {
+				claim := bson.D{{Key: "_id", Value: fmt.Sprintf("%s/%012d", conversationID, seq)}}
+				if _, err := claims.UpdateOne(ctx, claim, bson.D{{Key: "$set", Value: bson.D{{Key: "message.createdAt", Value: at}}}}); err != nil {
+					t.Fatalf("back-date message %d of %s: %v", seq, conversationID, err)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("read bucket %d of %s: %v", n, conversationID, err)
+		}
+		for _, m := range b.Messages {
+			if seq, _ := m["seq"].(int64); seq >= from && seq <= to {
+				m["createdAt"] = at
+			}
+		}
+		if _, err := buckets.UpdateOne(ctx, id, bson.D{{Key: "$set", Value: bson.D{{Key: "messages", Value: b.Messages}}}}); err != nil {
+			t.Fatalf("back-date messages of %s: %v", conversationID, err)
+		}
+	}
 }

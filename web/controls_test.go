@@ -12,11 +12,9 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
 	"github.com/chatd/chatd/testenv/promtest"
 )
@@ -502,20 +500,10 @@ func TestDateSeparatorsAndLinks(t *testing.T) {
 		}
 	}
 	// Back-date the first two in the store, before bob's page loads them.
-	mc, err := mongo.Connect(options.Client().ApplyURI(env.MongoURI))
-	if err != nil {
-		t.Fatalf("connect to the store: %v", err)
-	}
-	defer mc.Disconnect(ctx)
-	msgs := mc.Database(env.Database).Collection("messages")
+	cfg := storage.Config{URI: env.MongoURI, Database: env.Database}
 	now := time.Now()
-	for seq, at := range map[int64]time.Time{1: now.AddDate(0, 0, -10), 2: now.AddDate(0, 0, -1)} {
-		res, err := msgs.UpdateOne(ctx, bson.D{{Key: "conversationId", Value: dm.ID}, {Key: "seq", Value: seq}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "createdAt", Value: at}}}})
-		if err != nil || res.MatchedCount != 1 {
-			t.Fatalf("back-date message %d: %v (matched %v)", seq, err, res)
-		}
-	}
+	testenv.BackdateMessages(t, cfg, dm.ID, 1, 1, now.AddDate(0, 0, -10))
+	testenv.BackdateMessages(t, cfg, dm.ID, 2, 2, now.AddDate(0, 0, -1))
 
 	bob := newBrowser(t).newPage("bob")
 	bob.signIn(n.URL(), "bob")

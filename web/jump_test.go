@@ -7,11 +7,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/chatd/chatd/protocol"
+	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
 )
 
@@ -68,22 +66,9 @@ func TestJumpPicker(t *testing.T) {
 	noon := func(daysAgo int) time.Time {
 		return time.Date(now.Year(), now.Month(), now.Day()-daysAgo, 12, 0, 0, 0, time.Local)
 	}
-	mc, err := mongo.Connect(options.Client().ApplyURI(env.MongoURI))
-	if err != nil {
-		t.Fatalf("connect to the store: %v", err)
-	}
-	defer mc.Disconnect(ctx)
-	msgs := mc.Database(env.Database).Collection("messages")
-	for _, r := range []struct {
-		from, to int64
-		at       time.Time
-	}{{1, 50, noon(20)}, {51, 100, noon(10)}} {
-		res, err := msgs.UpdateMany(ctx, bson.D{{Key: "conversationId", Value: dm.ID}, {Key: "seq", Value: bson.D{{Key: "$gte", Value: r.from}, {Key: "$lte", Value: r.to}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "createdAt", Value: r.at}}}})
-		if err != nil || res.MatchedCount != r.to-r.from+1 {
-			t.Fatalf("back-date messages %d-%d: %v (%+v)", r.from, r.to, err, res)
-		}
-	}
+	cfg := storage.Config{URI: env.MongoURI, Database: env.Database}
+	testenv.BackdateMessages(t, cfg, dm.ID, 1, 50, noon(20))
+	testenv.BackdateMessages(t, cfg, dm.ID, 51, 100, noon(10))
 	if err := bobPhone.Post(ctx, protocol.ClientFrame{Type: protocol.TypeRead, ConversationID: dm.ID, Seq: readUpTo}); err != nil {
 		t.Fatalf("bob reads on his phone: %v", err)
 	}

@@ -26,6 +26,8 @@ type benchConn struct {
 	userID string
 	onPush func(c *benchConn, f *frame, at time.Time)
 
+	synced int // conversations the first sync listed
+
 	nextID  uint64
 	mu      sync.Mutex
 	waiting map[string]chan *frame
@@ -51,6 +53,8 @@ type frame struct {
 		ID        string    `json:"id"`
 		CreatedAt time.Time `json:"createdAt"`
 	} `json:"conversation"`
+	// Conversations are only counted (a sync's reply): left undecoded.
+	Conversations []json.RawMessage `json:"conversations"`
 }
 
 // Frames the bench never looks at are skipped before decoding: badges, cursors, typing and
@@ -83,10 +87,12 @@ func dialBench(ctx context.Context, d *dialer, wsURL, token string, index int, u
 	go c.readLoop(hello)
 	select {
 	case <-hello:
-		if _, err := c.request(ctx, protocol.ClientFrame{Type: protocol.TypeSync}); err != nil {
+		r, err := c.request(ctx, protocol.ClientFrame{Type: protocol.TypeSync})
+		if err != nil {
 			c.close()
 			return nil, &dialError{err: fmt.Errorf("sync: %w", err)}
 		}
+		c.synced = len(r.Conversations)
 		return c, nil
 	case <-c.done:
 		return nil, &dialError{err: fmt.Errorf("closed before hello: %w", c.err)}

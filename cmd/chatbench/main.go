@@ -10,6 +10,9 @@
 // Each message carries its send time, so delivery latency is computed by the receiver with no
 // shared state; that also lets the load be spread over several processes (-procs), which the
 // per-process limit on open files requires past about 19,000 connections.
+//
+// `chatbench seed` writes a data set straight into the store and `chatbench page` times history
+// pages at given depths (seed.go, page.go).
 package main
 
 import (
@@ -70,6 +73,7 @@ type config struct {
 	Settle     time.Duration `json:"-"`
 	Procs      int           `json:"-"`
 	ServerPIDs []int         `json:"-"`
+	StorePID   int           `json:"-"`
 	JSON       bool          `json:"-"`
 }
 
@@ -86,6 +90,16 @@ func main() {
 	if spec := os.Getenv(childEnv); spec != "" {
 		if err := runChild(ctx, spec, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "chatbench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && (os.Args[1] == "seed" || os.Args[1] == "page") {
+		if err := runSubcommand(ctx, os.Args[1], os.Args[2:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return
+			}
+			fmt.Fprintf(os.Stderr, "chatbench %s: %v\n", os.Args[1], err)
 			os.Exit(1)
 		}
 		return
@@ -108,6 +122,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "chatbench:", err)
 		os.Exit(1)
 	}
+}
+
+// runSubcommand runs `chatbench seed` or `chatbench page`.
+func runSubcommand(ctx context.Context, name string, args []string) error {
+	if name == "seed" {
+		cfg, err := parseSeedFlags(args, os.Getenv, os.Stderr)
+		if err != nil {
+			return err
+		}
+		return runSeed(ctx, cfg, os.Stderr)
+	}
+	cfg, err := parsePageFlags(args, os.Getenv, os.Stderr)
+	if err != nil {
+		return err
+	}
+	return runPage(ctx, cfg, os.Stdout)
 }
 
 func parseFlags(args []string, getenv func(string) string) (config, error) {
@@ -141,6 +171,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.DurationVar(&cfg.Settle, "settle", 5*time.Second, "wait after connecting before reading the servers' memory")
 	fs.IntVar(&cfg.Procs, "procs", 1, "processes to spread the connections over (each process may hold about 19,900 sockets)")
 	pids := fs.String("server-pid", "", "comma-separated process ids of the nodes, to report their memory (VmRSS) per connection")
+	fs.IntVar(&cfg.StorePID, "store-pid", 0, "process id of the store (chatstore), to report the CPU it used signing in, connecting and sending")
 	fs.BoolVar(&cfg.JSON, "json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

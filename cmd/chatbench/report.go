@@ -22,6 +22,14 @@ type report struct {
 	Floor            *rssReport // the bare server of -floor
 	HeldFor          time.Duration
 	ServerCPUSeconds float64
+	StoreCPU         storeCPU // with -store-pid
+}
+
+// storeCPU is the CPU seconds the store process used in each phase.
+type storeCPU struct {
+	SignIn  float64 `json:"signInSeconds"`
+	Connect float64 `json:"connectSeconds"`
+	Drive   float64 `json:"loadSeconds,omitempty"`
 }
 
 // rssReport is the nodes' resident memory at each stage, summed over -server-pid.
@@ -82,24 +90,27 @@ func phaseOf(r *result) *phaseJSON {
 
 // reportJSON is the -json output.
 type reportJSON struct {
-	URLs             []string   `json:"urls"`
-	Clients          int        `json:"clients"`
-	Procs            int        `json:"procs"`
-	Mode             string     `json:"mode"`
-	Login            *phaseJSON `json:"login"`
-	Connect          *phaseJSON `json:"connect"`
-	ConnectsPerSec   float64    `json:"connectsPerSec"`
-	ConnectLatency   latencies  `json:"connectLatency"`
-	RSS              rssReport  `json:"rss"`
-	RSSPerConnKiB    float64    `json:"rssPerConnKiB"`
-	Floor            *floorJSON `json:"floor,omitempty"`
-	HeldSeconds      float64    `json:"heldSeconds,omitempty"`
-	Setup            *phaseJSON `json:"setup,omitempty"`
-	Warmup           *phaseJSON `json:"warmup,omitempty"`
-	Memberships      int64      `json:"memberships,omitempty"`
-	UnconfirmedJoins int64      `json:"unconfirmedJoins,omitempty"`
-	MaxConnRate      float64    `json:"maxConnRate,omitempty"`
-	Load             *loadJSON  `json:"load,omitempty"`
+	URLs           []string   `json:"urls"`
+	Clients        int        `json:"clients"`
+	Procs          int        `json:"procs"`
+	Mode           string     `json:"mode"`
+	Login          *phaseJSON `json:"login"`
+	Connect        *phaseJSON `json:"connect"`
+	ConnectsPerSec float64    `json:"connectsPerSec"`
+	ConnectLatency latencies  `json:"connectLatency"`
+	// SyncedConversations is the fewest and most conversations a connection's first sync listed.
+	SyncedConversations [2]int64   `json:"syncedConversations"`
+	StoreCPU            *storeCPU  `json:"storeCpu,omitempty"`
+	RSS                 rssReport  `json:"rss"`
+	RSSPerConnKiB       float64    `json:"rssPerConnKiB"`
+	Floor               *floorJSON `json:"floor,omitempty"`
+	HeldSeconds         float64    `json:"heldSeconds,omitempty"`
+	Setup               *phaseJSON `json:"setup,omitempty"`
+	Warmup              *phaseJSON `json:"warmup,omitempty"`
+	Memberships         int64      `json:"memberships,omitempty"`
+	UnconfirmedJoins    int64      `json:"unconfirmedJoins,omitempty"`
+	MaxConnRate         float64    `json:"maxConnRate,omitempty"`
+	Load                *loadJSON  `json:"load,omitempty"`
 }
 
 // floorJSON is the bare server's memory and chatd's per connection over it.
@@ -125,6 +136,7 @@ type loadJSON struct {
 	DeliveredPerSec float64           `json:"deliveredPerSec"`
 	DeliveryLatency latencies         `json:"deliveryLatency"`
 	ServerCPUCores  float64           `json:"serverCpuCores,omitempty"`
+	StoreCPUCores   float64           `json:"storeCpuCores,omitempty"`
 }
 
 func (r *report) toJSON() reportJSON {
@@ -140,8 +152,14 @@ func (r *report) toJSON() reportJSON {
 			out.Floor.Ratio = out.RSSPerConnKiB / out.Floor.RSSPerConnKiB
 		}
 	}
+	if r.cfg.StorePID != 0 {
+		out.StoreCPU = &r.StoreCPU
+	}
 	if c := r.Connect; c != nil {
 		out.ConnectLatency = summarize(c.Latency)
+		if c.Synced != nil {
+			out.SyncedConversations = *c.Synced
+		}
 		if c.Elapsed > 0 {
 			out.ConnectsPerSec = float64(c.OK) / c.Elapsed.Seconds()
 		}
@@ -163,6 +181,7 @@ func (r *report) toJSON() reportJSON {
 		}
 		if d.Elapsed > 0 {
 			l.ServerCPUCores = r.ServerCPUSeconds / d.Elapsed.Seconds() // CPU is sampled around the whole phase
+			l.StoreCPUCores = r.StoreCPU.Drive / d.Elapsed.Seconds()
 		}
 		if d.DeliveryWindow > 0 {
 			l.DeliveredPerSec = float64(d.Delivered) / d.DeliveryWindow.Seconds()
@@ -189,6 +208,11 @@ func (r *report) print(w io.Writer, asJSON bool) error {
 	if p := j.Connect; p != nil {
 		row("connect\t%d ok in %.1fs (%.0f/s), p50 %.1f ms, p99 %.1f ms%s", p.OK, p.Seconds, j.ConnectsPerSec,
 			j.ConnectLatency.P50, j.ConnectLatency.P99, errorText(p.Errors))
+		row("\teach first sync listed %d to %d conversations", j.SyncedConversations[0], j.SyncedConversations[1])
+	}
+	if c := j.StoreCPU; c != nil && j.Login != nil && j.Connect != nil {
+		row("store CPU\tsign-in %.1f s (%.2f ms per user), connect %.1f s (%.2f ms per connection)",
+			c.SignIn, perMs(c.SignIn, j.Login.OK), c.Connect, perMs(c.Connect, j.Connect.OK))
 	}
 	if j.RSS.BeforeKiB > 0 {
 		row("server RSS\t%.1f MiB before, %.1f MiB connected: %.1f KiB per connection", mib(j.RSS.BeforeKiB),
@@ -225,6 +249,9 @@ func (r *report) print(w io.Writer, asJSON bool) error {
 		row("send->delivered\t%s", latencyText(l.DeliveryLatency))
 		if l.ServerCPUCores > 0 {
 			row("server CPU\t%.2f cores", l.ServerCPUCores)
+		}
+		if l.StoreCPUCores > 0 {
+			row("store CPU\t%.2f cores", l.StoreCPUCores)
 		}
 	}
 	for _, p := range []struct {
@@ -265,6 +292,14 @@ func errorText(errs map[string]int64) string {
 		s += fmt.Sprintf(" %s=%d", code, errs[code])
 	}
 	return s
+}
+
+// perMs is seconds spread over n, in milliseconds each.
+func perMs(seconds float64, n int64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return seconds * 1000 / float64(n)
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }

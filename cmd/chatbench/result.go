@@ -23,6 +23,10 @@ type result struct {
 	// Latency is the time to connect (connect phase) or from send to ack (drive phase).
 	Latency *histogram `json:"latency,omitempty"`
 
+	// Connect: the fewest and most conversations a connection's first sync listed; nil when
+	// nothing connected.
+	Synced *[2]int64 `json:"synced,omitempty"`
+
 	// Setup.
 	Memberships int64   `json:"memberships,omitempty"`
 	Unconfirmed int64   `json:"unconfirmed,omitempty"` // joins the server had not pushed by the deadline
@@ -42,6 +46,12 @@ type result struct {
 // merge adds o into r.
 func (r *result) merge(o *result) {
 	r.Elapsed = max(r.Elapsed, o.Elapsed)
+	if o.Synced != nil {
+		if r.Synced == nil {
+			r.Synced = &[2]int64{o.Synced[0], o.Synced[1]}
+		}
+		r.Synced[0], r.Synced[1] = min(r.Synced[0], o.Synced[0]), max(r.Synced[1], o.Synced[1])
+	}
 	r.OK += o.OK
 	for code, n := range o.Errors {
 		if r.Errors == nil {

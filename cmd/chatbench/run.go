@@ -187,15 +187,26 @@ func runBench(ctx context.Context, cfg config, log io.Writer) (rep *report, err 
 		return kib
 	}
 
+	storeCPU := func() float64 {
+		if cfg.StorePID == 0 {
+			return 0
+		}
+		return serverCPU([]int{cfg.StorePID})
+	}
+
 	logf(log, "signing in %d users over %d URL(s), %d process(es)", cfg.Clients, len(cfg.URLs), cfg.Procs)
+	cpuBefore := storeCPU()
 	if rep.Login, err = runAll(ctx, shares, phaseLogin); err != nil {
 		return rep, err
 	}
+	rep.StoreCPU.SignIn = storeCPU() - cpuBefore
 	rep.RSS.BeforeKiB = sample("before connecting")
 	logf(log, "connecting %d WebSockets", rep.Login.OK)
+	cpuBefore = storeCPU()
 	if rep.Connect, err = runAll(ctx, shares, phaseConnect); err != nil {
 		return rep, err
 	}
+	rep.StoreCPU.Connect = storeCPU() - cpuBefore
 	if cfg.Idle && (cfg.DMs > 0 || cfg.Groups > 0) {
 		// Idle users in a few conversations each: the node then holds their routes too.
 		logf(log, "%d connected in %s; creating %d DMs and %d groups of %d", rep.Connect.OK,
@@ -242,11 +253,12 @@ func runBench(ctx context.Context, cfg config, log io.Writer) (rep *report, err 
 			}
 		}
 		logf(log, "sending %.0f/s for %s", cfg.Rate, cfg.Duration)
-		cpuBefore := serverCPU(cfg.ServerPIDs)
+		cpuBefore, storeBefore := serverCPU(cfg.ServerPIDs), storeCPU()
 		if rep.Drive, err = runAll(ctx, shares, phaseDrive); err != nil {
 			return rep, err
 		}
 		rep.ServerCPUSeconds = serverCPU(cfg.ServerPIDs) - cpuBefore
+		rep.StoreCPU.Drive = storeCPU() - storeBefore
 		rep.RSS.AfterLoadKiB = sample("after the load")
 	}
 	logf(log, "closing")

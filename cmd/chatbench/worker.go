@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -146,6 +147,8 @@ func (w *worker) connect(ctx context.Context) *result {
 	var errs errorCounter
 	var ok atomic.Int64
 	lat := &histogram{}
+	var minSynced, maxSynced atomic.Int64
+	minSynced.Store(math.MaxInt64)
 	parallel(w.cfg.Clients, w.cfg.DialConcurrency, func(i int) {
 		if w.tokens[i] == "" {
 			return
@@ -161,8 +164,13 @@ func (w *worker) connect(ctx context.Context) *result {
 		lat.record(time.Since(t0))
 		w.conns[i] = c
 		ok.Add(1)
+		storeMax(&maxSynced, int64(c.synced))
+		storeMin(&minSynced, int64(c.synced))
 	})
 	res := &result{Elapsed: time.Since(start), OK: ok.Load(), Latency: lat}
+	if res.OK > 0 {
+		res.Synced = &[2]int64{minSynced.Load(), maxSynced.Load()}
+	}
 	errs.fill(res)
 	return res
 }
@@ -427,6 +435,16 @@ func storeMax(v *atomic.Int64, x int64) {
 	for {
 		old := v.Load()
 		if x <= old || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
+}
+
+// storeMin lowers v to at most x.
+func storeMin(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if x >= old || v.CompareAndSwap(old, x) {
 			return
 		}
 	}

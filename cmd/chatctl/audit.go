@@ -54,8 +54,7 @@ var errDifferences = errors.New("differences found")
 // (or JSON record) per difference and a summary; the exit status is exitDifferences when any.
 func runAudit(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("audit")
-	uri := fs.String("mongo-uri", envOr(c.getenv, "CHAT_MONGO_URI", ""), "MongoDB URI (CHAT_MONGO_URI)")
-	db := fs.String("mongo-db", envOr(c.getenv, "CHAT_MONGO_DB", "chat"), "database (CHAT_MONGO_DB)")
+	openStore := storeFlags(c, fs)
 	page := fs.Int("page", storage.DefaultAuditPage, "seqs per message read, conversations and cursors per list read")
 	readTimeout := fs.Duration("read-timeout", storage.DefaultAuditReadTimeout, "bound on each read")
 	recheck := fs.Duration("recheck", storage.DefaultAuditRecheck,
@@ -68,13 +67,10 @@ func runAudit(ctx context.Context, c *cli, args []string) error {
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	if *uri == "" {
-		return usagef("-mongo-uri (or CHAT_MONGO_URI) is required")
-	}
 	ctx, cancel := context.WithTimeout(ctx, *deadline)
 	defer cancel()
 	// No indexes are built: the audit only reads, and may run against a store mid-migration.
-	store, err := storage.Open(ctx, storage.Config{URI: *uri, Database: *db, SkipIndexes: true})
+	store, err := openStore(ctx, true)
 	if err != nil {
 		return err
 	}

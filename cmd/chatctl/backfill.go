@@ -16,18 +16,14 @@ const backfillTimeout = 24 * time.Hour
 // directly rather than to a chat server.
 func runBackfill(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("backfill")
-	uri := fs.String("mongo-uri", envOr(c.getenv, "CHAT_MONGO_URI", ""), "MongoDB URI (CHAT_MONGO_URI)")
-	db := fs.String("mongo-db", envOr(c.getenv, "CHAT_MONGO_DB", "chat"), "database (CHAT_MONGO_DB)")
+	openStore := storeFlags(c, fs)
 	batch := fs.Int("batch", storage.DefaultBackfillBatch, "messages numbered per bulk write")
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	if *uri == "" {
-		return usagef("-mongo-uri (or CHAT_MONGO_URI) is required")
-	}
 	ctx, cancel := context.WithTimeout(ctx, backfillTimeout)
 	defer cancel()
-	store, err := storage.Open(ctx, storage.Config{URI: *uri, Database: *db, SkipIndexes: true})
+	store, err := openStore(ctx, true)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,7 @@
 // conversations, sends, tails a conversation and pages its history, all through the client package
 // over one WebSocket per command. People are printed by display name (ids stay in JSON).
 //
-// backfill and audit talk to MongoDB directly instead, for operators.
+// backfill, migrate and audit talk to MongoDB directly instead, for operators.
 //
 // Output is plain text by default and JSON with -json (one document per result; tail prints one
 // message per line). Errors go to stderr and the exit status is 1, or 2 for a usage mistake, or 3
@@ -93,6 +93,7 @@ var commands = []command{
 	{"tail", "<conversationId>", "print messages as they arrive; reconnects and fills gaps", runTail},
 	{"history", "<conversationId>", "print one page of history", runHistory},
 	{"backfill", "", "give seqs to a legacy messages collection in MongoDB (resumable)", runBackfill},
+	{"migrate", "", "move messages stored one document each into buckets (resumable)", runMigrate},
 	{"audit", "", "check every conversation in MongoDB against its messages: seqs, counters, tombstones, unread; exit 3 when any differs", runAudit},
 }
 
