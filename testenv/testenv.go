@@ -1,6 +1,6 @@
 // Package testenv starts the real servers that tests run against: in-process NATS servers (alone
 // or clustered) and nodes, and as child processes (Process) the embedded MongoDB-wire store,
-// chatd and nginx, each on a random port in its own temporary directory, stopped when the test
+// chatd, nginx and an S3 server (versitygw), each on a random port in its own temporary directory, stopped when the test
 // ends; and it holds the tests' other shared helpers, so that each is written once. Its
 // subpackages import nothing of chatd, for the internal tests of packages testenv itself imports:
 // poll waits for a condition (testenv.CheckFor is poll.CheckFor), promtest reads metrics and
