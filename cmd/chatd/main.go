@@ -49,7 +49,7 @@ func main() {
 // options are the command line and environment settings; every flag has a CHAT_* twin.
 type options struct {
 	addr, adminAddr, dataDir, mongoURI, mongoDB, natsURL, jwtSecret, logLevel, nodeID, origins string
-	jwtIssuer, jwtAudience, adminSecret, addrFile                                              string
+	jwtIssuer, jwtAudience, adminSecret, addrFile, storeSync                                   string
 	searchDir                                                                                  string
 	devMode                                                                                    bool
 	partitions, leaseReplicas, pooledWriters                                                   int
@@ -67,6 +67,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.dataDir, "data-dir", env("CHAT_DATA_DIR", "./data"), "directory for the embedded store and NATS (CHAT_DATA_DIR)")
 	fs.StringVar(&o.searchDir, "search-dir", env("CHAT_SEARCH_DIR", ""), "directory of this node's search index, derived from the store and rebuilt from it when missing; empty: search under the data directory (CHAT_SEARCH_DIR)")
 	fs.StringVar(&o.mongoURI, "mongo-uri", env("CHAT_MONGO_URI", ""), "MongoDB URI; empty starts the embedded store (CHAT_MONGO_URI)")
+	fs.StringVar(&o.storeSync, "store-sync", env("CHAT_STORE_SYNC", embedded.SyncFull), "the embedded store's SQLite synchronous setting: full (every commit synced to disk) or normal (synced at checkpoints: survives a killed process, not a power loss) (CHAT_STORE_SYNC)")
 	fs.StringVar(&o.mongoDB, "mongo-db", env("CHAT_MONGO_DB", node.DefaultDatabase), "MongoDB database (CHAT_MONGO_DB)")
 	fs.StringVar(&o.natsURL, "nats-url", env("CHAT_NATS_URL", ""), "NATS server URLs, comma-separated; empty starts an in-process server (CHAT_NATS_URL)")
 	fs.StringVar(&o.jwtSecret, "jwt-secret", env("CHAT_JWT_SECRET", ""), "HS256 secret for tokens; empty means dev mode (CHAT_JWT_SECRET)")
@@ -187,7 +188,7 @@ func run(args []string, log zerolog.Logger) error {
 		log.Warn().Msg("DEV MODE: anyone can sign in with any name (no CHAT_JWT_SECRET, or CHAT_DEV_MODE set). Never run this in production.")
 	}
 	if cfg.MongoURI == "" {
-		store, err := embedded.StartMongo(embedded.MongoConfig{Dir: filepath.Join(o.dataDir, "store")})
+		store, err := embedded.StartMongo(embedded.MongoConfig{Dir: filepath.Join(o.dataDir, "store"), Sync: o.storeSync})
 		if err != nil {
 			return err
 		}
