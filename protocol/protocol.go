@@ -224,6 +224,11 @@ type ClientFrame struct {
 	Topic   string `json:"topic,omitempty"`
 	Enabled *bool  `json:"enabled,omitempty"`
 	Seconds int64  `json:"seconds,omitempty"`
+	// MaxUses, Token, ReportID and Reason are those of invite links and reports (groups.go).
+	MaxUses  int64  `json:"maxUses,omitempty"`
+	Token    string `json:"token,omitempty"`
+	ReportID string `json:"reportId,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // ServerFrame is every frame the server sends; fields not used by a type are omitted. A message
@@ -303,4 +308,9 @@ type ServerFrame struct {
 	CreatedAt *time.Time `json:"createdAt,omitempty"`
 	ReplyTo   int64      `json:"replyTo,omitempty"`
 	Quote     *Quote     `json:"quote,omitempty"`
+
+	// Invite links and reports (groups.go): invite, invites and reports frames.
+	Invite  *Invite   `json:"invite,omitempty"`
+	Invites *[]Invite `json:"invites,omitempty"`
+	Reports *[]Report `json:"reports,omitempty"`
 }
