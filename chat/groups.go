@@ -196,13 +196,29 @@ func (s *membership) JoinInvite(ctx context.Context, userID, token string) (prot
 	return toView(c, p, s.lastSeq(convID, p)), nil
 }
 
-// Report reports message seq of a group to its admins, with reason; the group is not told.
+// Report reports message seq of a group to its admins, with reason; the group is not told. The
+// admins' devices get it at once (a reports push); a lost push leaves it in list_reports.
 func (s *membership) Report(ctx context.Context, userID, convID string, seq int64, reason string) error {
 	if _, err := s.positionOf(userID, convID); err != nil {
 		return err
 	}
-	_, _, err := s.administer(ctx, userID, convID, group.Op{Action: group.OpReport, ID: uuid.NewString(), Seq: seq, Text: reason})
-	return err
+	id := uuid.NewString()
+	if _, u, err := s.administer(ctx, userID, convID, group.Op{Action: group.OpReport, ID: id, Seq: seq, Text: reason}); err != nil || len(u.Admin.Reports) == 0 {
+		return err // a repeat of the member's report changed nothing: the admins have it
+	}
+	c, err := s.store.Conversation(ctx, convID)
+	if err != nil {
+		return fmt.Errorf("load %s to tell its admins of a report: %w", convID, err)
+	}
+	for _, r := range reportsOf(c) {
+		if r.ID != id {
+			continue
+		}
+		for _, admin := range append([]string{c.Admin.Owner}, c.Admin.Admins...) {
+			s.publishUser(admin, userEvent{Type: userReport, ConvID: convID, Report: &r})
+		}
+	}
+	return nil
 }
 
 // Reports lists the open reports of a group userID runs, oldest first.

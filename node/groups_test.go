@@ -371,6 +371,12 @@ func TestGroupInviteLinksAndReports(t *testing.T) {
 	if _, err := grRequest(t, bob, protocol.ClientFrame{Type: protocol.TypeReport, ConversationID: g.ID, Seq: said.Seq, Reason: "rude"}); err != nil {
 		t.Fatalf("bob reports: %v", err)
 	}
+	pushed := testenv.Push(t, alice, 10*time.Second, func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeReports && f.ConversationID == g.ID && f.ID == ""
+	})
+	if pushed.Reports == nil || len(*pushed.Reports) != 1 || (*pushed.Reports)[0].Reporter != "bob" {
+		t.Errorf("alice's reports push: %+v; want bob's report", pushed.Reports)
+	}
 	_, err = grRequest(t, bob, protocol.ClientFrame{Type: protocol.TypeListReports, ConversationID: g.ID})
 	wantRefusal(t, "bob lists reports", err, protocol.CodeForbidden, "only the group's admins can see its reports")
 	reports, err := grRequest(t, alice, protocol.ClientFrame{Type: protocol.TypeListReports, ConversationID: g.ID})

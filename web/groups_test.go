@@ -67,8 +67,9 @@ func TestJoinByInviteLink(t *testing.T) {
 	alice.waitFor("dave's message", `[...document.querySelectorAll('#messages > li .body')].some(e => e.textContent === 'hello all')`)
 }
 
-// TestReportReachesTheAdmin: bob reports alice's message from its menu with a reason; carol is
-// told nothing; alice, the group's owner, finds it in group info and dismisses it.
+// TestReportReachesTheAdmin: bob reports alice's message from its menu with a reason; alice, the
+// group's owner, is told at once and finds it in group info, where she dismisses it; carol, a
+// member, is told nothing.
 func TestReportReachesTheAdmin(t *testing.T) {
 	_, alice, bob, carol := threeInAGroup(t, "Team")
 	alice.typeMessage("buy cheap watches here", true)
@@ -78,6 +79,7 @@ func TestReportReachesTheAdmin(t *testing.T) {
 	bob.waitFor("the report form", `document.getElementById('report-dialog').open`)
 	bob.do("give a reason and send", chromedp.SetValue(chromedp.ID("report-reason"), "spam"), chromedp.Click(chromedp.ID("report-send")))
 	bob.waitFor("the report sent", `!document.getElementById('report-dialog').open`)
+	alice.waitFor("the report told to alice at once", noticeShown("bob reported a message in Team: spam"))
 
 	alice.convMenu("menu-group-info")
 	alice.waitFor("bob's report in group info", `[...document.querySelectorAll('#report-list .report-text')].some(e => e.textContent === 'bob reported message 1: spam')`)

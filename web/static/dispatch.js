@@ -9,7 +9,7 @@ import { settleReply } from './connection.js';
 import { closeConversation, renderTyping, showConversation } from './conversation.js';
 import { deliver } from './dispatch-windows.js';
 import { announce, ui } from './dom.js';
-import { renderGroupState } from './groupadmin.js';
+import { noteReports, renderGroupState } from './groupadmin.js';
 import { renderGroupInfo } from './groupinfo.js';
 import { refreshListSoon, renderConvList, updateTitle } from './list.js';
 import { dmPeer } from './menus.js';
@@ -43,6 +43,7 @@ export function handleFrame(f) {
     case 'delivered': onPeerDelivered(f); break;
     case 'presence': onPresence(f); break;
     case 'profile': onProfile(f); break;
+    case 'reports': noteReports(f); break; // a member's report, for this user, an admin
     case 'error': ui.sidebarError.textContent = f.message || f.code; break;
     default: break; // frames added to the protocol later are ignored
   }

@@ -10,7 +10,7 @@ import { onConversation } from './dispatch.js';
 import { announce, h, reconcile, ui } from './dom.js';
 import { showNotice } from './menus.js';
 import { jumpToMessage } from './messages.js';
-import { failureText, nameOf } from './names.js';
+import { convTitle, failureText, nameOf } from './names.js';
 import { me, openConv, openWindow, store } from './state.js';
 
 // SLOW_TICK_MS is how often the slow-mode countdown is redrawn: once a second, as it counts.
@@ -250,6 +250,16 @@ export async function saveGroupSettings(ev) {
 }
 
 // ---- Reporting a message ---------------------------------------------------------------------
+
+// noteReports tells this user, an admin, of a member's report pushed to them, and refreshes the
+// open group-info panel's list.
+export function noteReports(f) {
+  const c = store.convs.get(f.conversationId);
+  for (const r of f.reports || []) {
+    showNotice(`${nameOf(r.reporter)} reported a message in ${c ? convTitle(c) : 'a group'}: ${r.reason}`);
+  }
+  if (ui.groupInfo.open) loadAdminLists();
+}
 
 const reporting = { convId: '', seq: 0 };
 
