@@ -92,3 +92,32 @@ func TestReportReachesTheAdmin(t *testing.T) {
 	carol.convMenu("menu-group-info")
 	carol.waitFor("carol's panel, a member's: no group settings", `document.getElementById('group-info').open && document.getElementById('group-admin').hidden`)
 }
+
+// TestComposerGates: alice makes her group an announcement group in its settings; bob's composer
+// is disabled with the reason at once. With slow mode instead, bob's message starts a countdown
+// that keeps Send disabled; alice, the owner, is not held back.
+func TestComposerGates(t *testing.T) {
+	_, pages := signedIn(t, "alice", "bob")
+	alice, bob := pages[0], pages[1]
+	alice.createGroup("News", "bob")
+	bob.clickConversation("News")
+	alice.convMenu("menu-group-info")
+	alice.waitFor("the group settings", `!document.getElementById('group-admin').hidden`)
+	alice.do("only admins post", chromedp.Click(chromedp.ID("announcement-switch")), chromedp.Click(chromedp.CSS("#group-settings-form button[type=submit]")))
+	gate := `(t => !document.getElementById('composer-gate').hidden && document.getElementById('composer-gate').textContent === t)`
+	bob.waitFor("bob's composer closed, with the reason", gate+`('Only admins can post in this group.') && document.getElementById('composer-input').disabled && document.getElementById('send').disabled`)
+	bob.screenshot("44-announcement-composer")
+
+	alice.do("everyone posts, one message every 10 s", chromedp.Click(chromedp.ID("announcement-switch")),
+		chromedp.SetValue(chromedp.ID("slow-mode-select"), "10"), chromedp.Click(chromedp.CSS("#group-settings-form button[type=submit]")))
+	bob.waitFor("bob's composer open again", `document.getElementById('composer-gate').hidden && !document.getElementById('composer-input').disabled`)
+	bob.typeMessage("first", true)
+	bob.waitFor("the slow-mode countdown", `/^Slow mode: you can send again in ([1-9]|10) s\.$/.test(document.getElementById('composer-gate').textContent) && document.getElementById('send').disabled && !document.getElementById('composer-input').disabled`)
+	alice.do("close group info", chromedp.Click(chromedp.CSS("#group-info .panel-close")))
+	alice.typeMessage("admins are not held back", true)
+	alice.typeMessage("not at all", true)
+	bob.waitFor("alice's two messages", `[...document.querySelectorAll('#messages > li .body')].filter(e => e.textContent === 'admins are not held back' || e.textContent === 'not at all').length === 2`)
+	if eval[bool](alice, `!document.getElementById('composer-gate').hidden`) {
+		t.Fatal("alice's composer shows a gate in slow mode")
+	}
+}

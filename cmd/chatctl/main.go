@@ -1,6 +1,7 @@
 // Command chatctl is a command-line client of the chat server, for people and for scripts. It signs
-// in on a dev-mode server, sets and finds display names, opens DMs and groups, lists
-// conversations, sends, tails a conversation and pages its history, all through the client package
+// in on a dev-mode server, sets and finds display names, opens DMs and groups, runs groups (roles,
+// settings, moderation, pins, invite links, reports), lists conversations, sends, tails a
+// conversation and pages its history, all through the client package
 // over one WebSocket per command. People are printed by display name (ids stay in JSON).
 //
 // backfill, migrate and audit talk to MongoDB directly instead, for operators.
