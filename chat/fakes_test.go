@@ -49,6 +49,9 @@ type fakeStore struct {
 	// blockLookups counts the block checks asked of the store (Blocked and BlockedWith), so a
 	// test can prove a send reads the cache.
 	blockLookups int
+	// conversationsReads and cursorsReads count ConversationsOf and CursorsOf, so a test can
+	// prove a connect reads no more than it needs.
+	conversationsReads, cursorsReads int
 
 	// beforeRange, when set, runs at the start of every MessageRange, outside the lock, so a test
 	// can make something happen while the service replays or pages.
@@ -134,6 +137,7 @@ func (f *fakeStore) Conversation(_ context.Context, id string) (storage.Conversa
 
 func (f *fakeStore) ConversationsOf(_ context.Context, userID string) ([]storage.Conversation, error) {
 	f.mu.Lock()
+	f.conversationsReads++
 	var out []storage.Conversation
 	for _, c := range f.convs {
 		if c.IsMember(userID) {
@@ -187,6 +191,7 @@ func (f *fakeStore) hook() func(string, int64, int64) {
 func (f *fakeStore) CursorsOf(_ context.Context, userID string) ([]storage.Cursor, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.cursorsReads++
 	var out []storage.Cursor
 	for k, c := range f.cursors {
 		if k.user == userID {

@@ -46,3 +46,37 @@ func TestMembershipChangesWhileConnecting(t *testing.T) {
 		t.Fatalf("carol got %d conversation frames; want 1, for the new group", n)
 	}
 }
+
+// TestNewUsersFirstConnectReadsItsConversationsOnce: a user in no conversation connects and syncs
+// with one read of their conversations and none of their read positions; once they join a group,
+// a list reads the store again and shows it, and so does a later list without a join (the mend
+// of a join this node missed).
+func TestNewUsersFirstConnectReadsItsConversationsOnce(t *testing.T) {
+	ts := newTestService(t)
+	ts.connect("alice")
+	count := func() (int, int) {
+		ts.store.mu.Lock()
+		defer ts.store.mu.Unlock()
+		return ts.store.conversationsReads, ts.store.cursorsReads
+	}
+	convs0, cursors0 := count() // alice's connect's
+	reads := func() (int, int) {
+		convs, cursors := count()
+		return convs - convs0, cursors - cursors0
+	}
+	ts.connect("dave")
+	if convs, cursors := reads(); convs != 1 || cursors != 0 {
+		t.Fatalf("dave's first connect and sync read his conversations %d times and his cursors %d times; want 1 and 0", convs, cursors)
+	}
+	if list, err := ts.svc.ListConversations(ts.ctx, "dave"); err != nil || len(list) != 0 {
+		t.Fatalf("dave's second list: %v, %v; want none", list, err)
+	}
+	if convs, _ := reads(); convs != 2 {
+		t.Fatalf("dave's second list read his conversations %d times in all; want 2 (the mend)", convs)
+	}
+	g := ts.group("alice", "dave")
+	list, err := ts.svc.ListConversations(ts.ctx, "dave")
+	if err != nil || len(list) != 1 || list[0].ID != g {
+		t.Fatalf("dave's list after joining %s: %v, %v", g, list, err)
+	}
+}

@@ -89,6 +89,9 @@ func (s *messaging) ListConversations(ctx context.Context, userID string) ([]pro
 // listConversations is ListConversations; a syncing session's (syncing true) reads the store in
 // a sync read slot.
 func (s *messaging) listConversations(ctx context.Context, userID string, syncing bool) ([]protocol.Conversation, error) {
+	if s.knownToHaveNone(userID) {
+		return []protocol.Conversation{}, nil
+	}
 	if syncing {
 		release, err := s.syncReadSlot(ctx)
 		if err != nil {
@@ -123,6 +126,22 @@ func (s *messaging) listConversations(ctx context.Context, userID string, syncin
 		views = append(views, toView(c, p, last))
 	}
 	return views, nil
+}
+
+// knownToHaveNone reports, once, that an online user was loaded in no conversation and has joined
+// none since: their first list (the first sync after a new account's first connect) is then
+// answered without reading the store again. Later lists read it, so one that mends a missed join
+// still comes with the next sync.
+func (s *messaging) knownToHaveNone(userID string) bool {
+	u := s.online(userID)
+	if u == nil {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	none := u.loadedNone && len(u.positions) == 0
+	u.loadedNone = false
+	return none
 }
 
 // Sync replays to a connection, per conversation named in since, the messages after the seq the

@@ -171,6 +171,10 @@ type onlineUser struct {
 	// blockGen counts the forgetting of the user's cached DM block states (see blocks.go), so a
 	// store read that raced with a block or unblock does not cache what it read.
 	blockGen uint64
+	// loadedNone says the load found the user in no conversation (a new account, most often):
+	// the first list then needs no store read while they have joined none since (see
+	// listConversations). Set by the load, taken by the first list.
+	loadedNone bool
 }
 
 // position is one member's place in one conversation. The conversation's last seq is the highest
@@ -271,13 +275,16 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 	if err != nil {
 		return fmt.Errorf("load conversations of %s: %w", uid, err)
 	}
-	cursors, err := s.cursorsOf(ctx, uid)
-	if err != nil {
-		return err
+	var cursors map[string]storage.Cursor
+	if len(convs) > 0 { // read positions matter only in conversations
+		if cursors, err = s.cursorsOf(ctx, uid); err != nil {
+			return err
+		}
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.hideReceipts, u.hidePresence = user.HideReceipts, user.HidePresence
+	u.loadedNone = len(convs) == 0
 	for _, conv := range convs {
 		if _, known := u.positions[conv.ID]; known || u.left[conv.ID] {
 			continue

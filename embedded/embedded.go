@@ -152,6 +152,32 @@ type MongoConfig struct {
 	Addr string
 	// Logger receives FerretDB's own logs; nil discards them (FerretDB logs every connection at INFO).
 	Logger *slog.Logger
+	// Sync is SQLite's synchronous setting: SyncFull (the default) or SyncNormal.
+	Sync string
+}
+
+// SQLite's synchronous settings (https://sqlite.org/pragma.html#pragma_synchronous) for
+// MongoConfig.Sync. The store runs SQLite in WAL mode.
+const (
+	// SyncFull syncs the write-ahead log to disk at every commit: an acknowledged write survives
+	// a power loss or an operating system crash. Each commit waits for the disk.
+	SyncFull = "full"
+	// SyncNormal syncs the log only at checkpoints: an acknowledged write survives the store's
+	// process being killed, but the last commits before a power loss or an operating system
+	// crash may be lost (the database itself stays consistent). Commits wait for no disk.
+	SyncNormal = "normal"
+)
+
+// sqliteURL is FerretDB's SQLite URL for the files under dir with synchronous set to sync.
+func sqliteURL(dir, sync string) (string, error) {
+	switch sync {
+	case "":
+		sync = SyncFull
+	case SyncFull, SyncNormal:
+	default:
+		return "", fmt.Errorf("store sync %q: want %q or %q", sync, SyncFull, SyncNormal)
+	}
+	return "file:" + dir + "/?_pragma=synchronous(" + sync + ")", nil
 }
 
 // StartMongo starts FerretDB and waits until it accepts connections.
@@ -159,6 +185,10 @@ func StartMongo(cfg MongoConfig) (*Mongo, error) {
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("start store: resolve %s: %w", cfg.Dir, err)
+	}
+	sqlite, err := sqliteURL(dir, cfg.Sync)
+	if err != nil {
+		return nil, fmt.Errorf("start store: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start store: create %s: %w", dir, err)
@@ -175,7 +205,7 @@ func StartMongo(cfg MongoConfig) (*Mongo, error) {
 		Listener:  ferretdb.ListenerConfig{TCP: addr},
 		Logger:    logger,
 		Handler:   "sqlite",
-		SQLiteURL: "file:" + dir + "/",
+		SQLiteURL: sqlite,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start store: %w", err)

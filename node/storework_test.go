@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -105,5 +106,35 @@ func TestSendsCostTwoStoreWritesPerBatch(t *testing.T) {
 		if want := last - lastOwn[id]; badge.Total != want {
 			t.Errorf("%s, whose newest message is %d of %d, has %d unread; want %d", id, lastOwn[id], last, badge.Total, want)
 		}
+	}
+}
+
+// TestFirstConnectReadsTheStoreOnce: a new user signs in, connects and syncs (the client syncs as
+// it connects) with one write of their account and one read each of it and of their
+// conversations: the connect finds the account the sign-in stored, and with no conversation there
+// are no read positions to read and nothing to list again. A later sync reads the list again.
+func TestFirstConnectReadsTheStoreOnce(t *testing.T) {
+	_, n, rec := monitoredNode(t, nil)
+	ctx := ctxT(t, time.Minute)
+	sent := func() []string {
+		var got []string
+		for _, cmd := range rec.Commands("", "") {
+			if cmd.Collection != "" && cmd.Collection != "presenceNodes" { // presence is written apart, in batches
+				got = append(got, cmd.Name+" "+cmd.Collection)
+			}
+		}
+		return got
+	}
+	rec.Reset()
+	c := connectReady(t, n, "newcomer")
+	want := []string{"findAndModify users", "find users", "find memberships"}
+	if got := sent(); !slices.Equal(got, want) {
+		t.Fatalf("a first sign-in, connect and sync sent the store %v; want %v", got, want)
+	}
+	if _, err := c.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSync}); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if got, want := sent(), append(want, "find memberships"); !slices.Equal(got, want) {
+		t.Fatalf("after a second sync the store was sent %v; want %v", got, want)
 	}
 }

@@ -277,6 +277,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.OpTimeout)
 	defer cancel()
 	fresh := storage.User{ID: id, Name: name, CreatedAt: time.Now().UTC()}
+	_, gen, _ := s.accounts.get(id)
 	user, err := s.users.EnsureUser(ctx, fresh)
 	if errors.Is(err, storage.ErrDeleted) {
 		// Dev mode lets anyone take any name, a deleted one too: a new account, under which
@@ -289,6 +290,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "could not sign in; try again")
 		return
 	}
+	// The connect that follows a sign-in checks the account: it finds it here, not in the store.
+	s.accounts.put(user, gen)
 	var validAfter time.Time
 	if user.TokensValidAfter != nil {
 		validAfter = *user.TokensValidAfter

@@ -48,7 +48,7 @@ func main() {
 // options are the command line and environment settings; every flag has a CHAT_* twin.
 type options struct {
 	addr, adminAddr, dataDir, mongoURI, mongoDB, natsURL, jwtSecret, logLevel, nodeID, origins string
-	jwtIssuer, jwtAudience, adminSecret, addrFile                                              string
+	jwtIssuer, jwtAudience, adminSecret, addrFile, storeSync                                   string
 	devMode                                                                                    bool
 	partitions, leaseReplicas, pooledWriters                                                   int
 	sendRate                                                                                   float64
@@ -63,6 +63,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.addrFile, "addr-file", env("CHAT_ADDR_FILE", ""), "file to write the listeners' addresses to once they listen, as JSON; for whoever starts chatd on port 0 (CHAT_ADDR_FILE)")
 	fs.StringVar(&o.dataDir, "data-dir", env("CHAT_DATA_DIR", "./data"), "directory for the embedded store and NATS (CHAT_DATA_DIR)")
 	fs.StringVar(&o.mongoURI, "mongo-uri", env("CHAT_MONGO_URI", ""), "MongoDB URI; empty starts the embedded store (CHAT_MONGO_URI)")
+	fs.StringVar(&o.storeSync, "store-sync", env("CHAT_STORE_SYNC", embedded.SyncFull), "the embedded store's SQLite synchronous setting: full (every commit synced to disk) or normal (synced at checkpoints: survives a killed process, not a power loss) (CHAT_STORE_SYNC)")
 	fs.StringVar(&o.mongoDB, "mongo-db", env("CHAT_MONGO_DB", node.DefaultDatabase), "MongoDB database (CHAT_MONGO_DB)")
 	fs.StringVar(&o.natsURL, "nats-url", env("CHAT_NATS_URL", ""), "NATS server URLs, comma-separated; empty starts an in-process server (CHAT_NATS_URL)")
 	fs.StringVar(&o.jwtSecret, "jwt-secret", env("CHAT_JWT_SECRET", ""), "HS256 secret for tokens; empty means dev mode (CHAT_JWT_SECRET)")
@@ -176,7 +177,7 @@ func run(args []string, log zerolog.Logger) error {
 		log.Warn().Msg("DEV MODE: anyone can sign in with any name (no CHAT_JWT_SECRET, or CHAT_DEV_MODE set). Never run this in production.")
 	}
 	if cfg.MongoURI == "" {
-		store, err := embedded.StartMongo(embedded.MongoConfig{Dir: filepath.Join(o.dataDir, "store")})
+		store, err := embedded.StartMongo(embedded.MongoConfig{Dir: filepath.Join(o.dataDir, "store"), Sync: o.storeSync})
 		if err != nil {
 			return err
 		}

@@ -17,10 +17,11 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:27017", "TCP address to listen on")
 	dir := flag.String("dir", "./data/store", "directory for the SQLite files")
+	sync := flag.String("sync", embedded.SyncFull, "SQLite's synchronous setting: full (every commit synced to disk) or normal (synced at checkpoints: survives a killed process, not a power loss)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	store, err := embedded.StartMongo(embedded.MongoConfig{Dir: *dir, Addr: *addr})
+	store, err := embedded.StartMongo(embedded.MongoConfig{Dir: *dir, Addr: *addr, Sync: *sync})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chatstore:", err)
 		os.Exit(1)
