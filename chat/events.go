@@ -53,6 +53,8 @@ type userEvent struct {
 	// HideReceipts and HidePresence are the user's changed privacy settings (privacy events).
 	HideReceipts *bool `json:"hideReceipts,omitempty"`
 	HidePresence *bool `json:"hidePresence,omitempty"`
+	// Report is a member's report of a message in ConvID, for the user, an admin (report events).
+	Report *protocol.Report `json:"report,omitempty"`
 }
 
 // User event types.
@@ -71,6 +73,8 @@ const (
 	userPrivacy = "privacy"
 	// userProfile says Peer (the user or one of their peers) changed their display name.
 	userProfile = "profile"
+	// userReport brings a group's admin a member's report (see groups.go).
+	userReport = "report"
 )
 
 func (s *live) publishUser(userID string, ev userEvent) {
@@ -189,6 +193,10 @@ func (s *Service) HandleUserEvent(userID string, data []byte) {
 		s.applyPrivacy(userID, ev)
 	case userProfile:
 		s.applyProfile(userID, ev)
+	case userReport:
+		if ev.Report != nil {
+			s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeReports, ConversationID: ev.ConvID, Reports: &[]protocol.Report{*ev.Report}})
+		}
 	}
 }
 

@@ -23,6 +23,10 @@ const (
 	// OpAdd adds Users; OpRemove takes Users[0] out (its actor leaving when it is themselves).
 	OpAdd    = "add"
 	OpRemove = "remove"
+	// OpJoin adds its actor, not a member yet, by invite link ID.
+	OpJoin = "join"
+	// OpReport reports message Seq to the group's admins, with reason Text, as report ID.
+	OpReport = "report"
 )
 
 // Op is one administrative change a member asks of a group, as it travels to the owner.
@@ -36,8 +40,11 @@ type Op struct {
 	Enabled bool   `json:"enabled,omitempty"`
 	// Seconds is slow mode's interval or a mute's length.
 	Seconds int64 `json:"seconds,omitempty"`
-	// Seq is the message pinned or unpinned.
+	// Seq is the message pinned, unpinned or reported.
 	Seq int64 `json:"seq,omitempty"`
+	// ID is an invite link's token or a report's id; MaxUses an invite link's limit.
+	ID      string `json:"id,omitempty"`
+	MaxUses int64  `json:"maxUses,omitempty"`
 }
 
 // Group is a group as the rules see it: what its owner holds of it.
@@ -53,8 +60,8 @@ type Group struct {
 }
 
 // Result is what a change does: the update to write, and the system message telling the group,
-// which says who did what. Changed is false for a change that changes nothing (a repeat): then
-// nothing is written or said.
+// which says who did what (none for reports and their dismissal, which are the admins' alone).
+// Changed is false for a change that changes nothing (a repeat): then nothing is written or said.
 type Result struct {
 	Changed bool
 	Update  storage.GroupUpdate
@@ -79,6 +86,7 @@ func (g Group) admin() storage.GroupAdmin {
 	a := *g.Admin
 	a.Admins, a.Banned, a.Pins = slices.Clone(a.Admins), slices.Clone(a.Banned), slices.Clone(a.Pins)
 	a.Muted = maps.Clone(a.Muted)
+	a.Invites, a.Reports = slices.Clone(a.Invites), slices.Clone(a.Reports)
 	return a
 }
 
@@ -152,13 +160,21 @@ func Apply(g Group, actor string, op Op, now time.Time) (Result, error) {
 		target = op.Users[0]
 	}
 	say := func(format string, args ...any) (Result, error) {
-		r.Changed, r.Body = true, actor+" "+fmt.Sprintf(format, args...)
-		pruneMutes(&a, now)
+		r.Changed = true
+		if format != "" {
+			r.Body = actor + " " + fmt.Sprintf(format, args...)
+		}
+		prune(&a, now)
 		r.Update.Admin = a
 		return r, nil
 	}
-	if op.Action == OpRemove && target == actor {
+	switch {
+	case op.Action == OpRemove && target == actor:
 		return leave(g, &a, actor, say)
+	case op.Action == OpJoin:
+		return join(g, &a, actor, op.ID, now, say)
+	case op.Action == OpReport:
+		return report(g, &a, actor, op, now, say)
 	}
 	if !IsAdmin(g, actor) {
 		return Result{}, forbid("only the group's admins can %s", what[op.Action])
@@ -254,6 +270,15 @@ func Apply(g Group, actor string, op Op, now time.Time) (Result, error) {
 		return say("unmuted %s", target)
 	case protocol.ActionPin, protocol.ActionUnpin:
 		return pin(g, &a, op, say)
+	case protocol.ActionCreateInvite, protocol.ActionRevokeInvite:
+		return invite(&a, actor, op, now, say)
+	case protocol.ActionDismissReport:
+		n := len(a.Reports)
+		a.Reports = slices.DeleteFunc(a.Reports, func(r storage.Report) bool { return r.ID == op.ID })
+		if len(a.Reports) == n {
+			return Result{}, protocol.Refuse(protocol.ErrNotFound, "no open report %s", op.ID)
+		}
+		return say("")
 	default:
 		return Result{}, fmt.Errorf("unknown group change %q", op.Action)
 	}
@@ -347,12 +372,102 @@ func dropRoles(a *storage.GroupAdmin, user string) {
 	a.Admins = slices.DeleteFunc(a.Admins, func(u string) bool { return u == user })
 }
 
-// pruneMutes forgets the mutes that are over, so the stored list does not grow.
-func pruneMutes(a *storage.GroupAdmin, now time.Time) {
+// prune forgets the mutes that are over and the invite links that no longer join, so the
+// stored lists do not grow.
+func prune(a *storage.GroupAdmin, now time.Time) {
 	maps.DeleteFunc(a.Muted, func(_ string, until time.Time) bool { return !now.Before(until) })
 	if len(a.Muted) == 0 {
 		a.Muted = nil
 	}
+	a.Invites = slices.DeleteFunc(a.Invites, func(i storage.Invite) bool { return inviteSpent(i, now) != "" })
+}
+
+// inviteSpent says why link i no longer joins at now: "" while it does.
+func inviteSpent(i storage.Invite, now time.Time) string {
+	switch {
+	case i.ExpiresAt != nil && !now.Before(*i.ExpiresAt):
+		return "this invite link has expired"
+	case i.MaxUses > 0 && i.Uses >= i.MaxUses:
+		return "this invite link has been used up"
+	}
+	return ""
+}
+
+// FindInvite is group c's invite link token as it stands at now, or a not_found refusal that
+// says why it does not join (none such, revoked, expired, used up).
+func FindInvite(c storage.Conversation, token string, now time.Time) (storage.Invite, error) {
+	if c.Kind == storage.KindGroup && c.Admin != nil {
+		for _, i := range c.Admin.Invites {
+			if i.Token != token {
+				continue
+			}
+			if why := inviteSpent(i, now); why != "" {
+				return storage.Invite{}, protocol.Refuse(protocol.ErrNotFound, "%s", why)
+			}
+			return i, nil
+		}
+	}
+	return storage.Invite{}, protocol.Refuse(protocol.ErrNotFound, "no such invite link: it may have been revoked")
+}
+
+// join adds actor by invite link token, unless they are banned; a member already is left as is.
+func join(g Group, a *storage.GroupAdmin, actor, token string, now time.Time, say func(string, ...any) (Result, error)) (Result, error) {
+	i, err := FindInvite(storage.Conversation{Kind: g.Kind, Admin: a}, token, now)
+	switch {
+	case err != nil:
+		return Result{}, err
+	case slices.Contains(a.Banned, actor):
+		return Result{}, forbid("you are banned from this group")
+	case g.Members[actor]:
+		return Result{}, nil
+	}
+	at := slices.IndexFunc(a.Invites, func(x storage.Invite) bool { return x.Token == i.Token })
+	a.Invites[at].Uses++
+	r, err := say("joined with an invite link")
+	r.Update.Add = []string{actor}
+	return r, err
+}
+
+// invite creates or revokes an invite link (an admin's), up to protocol.MaxInvites live ones.
+func invite(a *storage.GroupAdmin, actor string, op Op, now time.Time, say func(string, ...any) (Result, error)) (Result, error) {
+	at := slices.IndexFunc(a.Invites, func(i storage.Invite) bool { return i.Token == op.ID })
+	if op.Action == protocol.ActionRevokeInvite {
+		if at < 0 {
+			return Result{}, nil
+		}
+		a.Invites = slices.Delete(a.Invites, at, at+1)
+		return say("revoked an invite link")
+	}
+	if at >= 0 {
+		return Result{}, nil
+	}
+	prune(a, now)
+	if len(a.Invites) >= protocol.MaxInvites {
+		return Result{}, protocol.Refuse(protocol.ErrLimit, "this group has %d invite links, the most there may be", len(a.Invites))
+	}
+	i := storage.Invite{Token: op.ID, CreatedBy: actor, CreatedAt: now, MaxUses: op.MaxUses}
+	if op.Seconds > 0 {
+		expires := now.Add(time.Duration(op.Seconds) * time.Second)
+		i.ExpiresAt = &expires
+	}
+	a.Invites = append(a.Invites, i)
+	return say("created an invite link")
+}
+
+// report records a member's report of message op.Seq for the admins, up to
+// protocol.MaxOpenReports; a member's second report of one message changes nothing.
+func report(g Group, a *storage.GroupAdmin, actor string, op Op, now time.Time, say func(string, ...any) (Result, error)) (Result, error) {
+	if op.Seq < 1 || op.Seq > g.LastSeq {
+		return Result{}, protocol.Refuse(protocol.ErrNotFound, "no message %d in this conversation", op.Seq)
+	}
+	if slices.ContainsFunc(a.Reports, func(r storage.Report) bool { return r.Seq == op.Seq && r.Reporter == actor }) {
+		return Result{}, nil
+	}
+	if len(a.Reports) >= protocol.MaxOpenReports {
+		return Result{}, protocol.Refuse(protocol.ErrLimit, "this group has %d open reports, the most there may be", len(a.Reports))
+	}
+	a.Reports = append(a.Reports, storage.Report{ID: op.ID, Seq: op.Seq, Reporter: actor, Reason: op.Text, CreatedAt: now})
+	return say("")
 }
 
 // what names an action for a refusal: "only the group's admins can <what>".
@@ -362,6 +477,8 @@ var what = map[string]string{
 	protocol.ActionPromote: "appoint admins", protocol.ActionDemote: "appoint admins", protocol.ActionTransfer: "hand the group over",
 	protocol.ActionRename: "rename the group", protocol.ActionSetTopic: "set the topic", protocol.ActionAnnouncement: "change who may post",
 	protocol.ActionSlowMode: "change slow mode", protocol.ActionPin: "pin messages", protocol.ActionUnpin: "unpin messages",
+	protocol.ActionCreateInvite: "create invite links", protocol.ActionRevokeInvite: "revoke invite links",
+	protocol.ActionDismissReport: "dismiss reports",
 }
 
 // View is how group c is run, as its members see it in the conversation view at now (mutes

@@ -157,3 +157,48 @@ func TestCheckSend(t *testing.T) {
 		t.Fatalf("view %+v; want alice the owner, no mute left, announcement on", v)
 	}
 }
+
+// TestInvitesAndReports: a link joins until it is used up or expires, never a banned user; a
+// member's report is kept for the admins with no system message, once per member and message.
+func TestInvitesAndReports(t *testing.T) {
+	c := team()
+	apply := func(actor string, op Op, at time.Time) (Result, error) {
+		r, err := Apply(Of(c), actor, op, at)
+		if err == nil && r.Changed {
+			c = Applied(c, r.Update)
+		}
+		return r, err
+	}
+	if _, err := apply("carol", Op{Action: protocol.ActionCreateInvite, ID: "g_1"}, t0); !errors.Is(err, protocol.ErrForbidden) {
+		t.Fatalf("a member makes a link: %v; want forbidden", err)
+	}
+	if _, err := apply("bob", Op{Action: protocol.ActionCreateInvite, ID: "g_1", Seconds: 60, MaxUses: 1}, t0); err != nil {
+		t.Fatal(err)
+	}
+	c.Admin.Banned = []string{"frank"}
+	if _, err := apply("frank", Op{Action: OpJoin, ID: "g_1"}, t0); err == nil || err.Error() != "forbidden: you are banned from this group" {
+		t.Fatalf("banned frank joins: %v", err)
+	}
+	if _, err := FindInvite(c, "g_1", t0.Add(time.Minute)); err == nil || err.Error() != "not_found: this invite link has expired" {
+		t.Fatalf("the link a minute later: %v; want expired", err)
+	}
+	if r, err := apply("erin", Op{Action: OpJoin, ID: "g_1"}, t0); err != nil || r.Body != "erin joined with an invite link" || !slices.Contains(c.Members, "erin") {
+		t.Fatalf("erin joins: %+v, %v", r, err)
+	}
+	if _, err := apply("gina", Op{Action: OpJoin, ID: "g_1"}, t0); !errors.Is(err, protocol.ErrNotFound) {
+		t.Fatalf("a second use of a one-use link: %v; want not found", err)
+	}
+	r, err := apply("carol", Op{Action: OpReport, ID: "r1", Seq: 2, Text: "spam"}, t0)
+	if err != nil || !r.Changed || r.Body != "" || len(c.Admin.Reports) != 1 {
+		t.Fatalf("carol reports: %+v, %v, reports %+v; want one kept, nothing said", r, err, c.Admin.Reports)
+	}
+	if r, _ := apply("carol", Op{Action: OpReport, ID: "r2", Seq: 2, Text: "spam!"}, t0); r.Changed {
+		t.Fatal("carol's second report of the same message was kept")
+	}
+	if _, err := apply("carol", Op{Action: protocol.ActionDismissReport, ID: "r1"}, t0); !errors.Is(err, protocol.ErrForbidden) {
+		t.Fatalf("a member dismisses: %v; want forbidden", err)
+	}
+	if _, err := apply("bob", Op{Action: protocol.ActionDismissReport, ID: "r1"}, t0); err != nil || len(c.Admin.Reports) != 0 {
+		t.Fatalf("bob dismisses: %v, reports left %+v", err, c.Admin.Reports)
+	}
+}

@@ -1,12 +1,15 @@
 package node_test
 
 import (
+	"encoding/json"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/node"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/testenv"
 )
@@ -60,7 +63,7 @@ func grView(t *testing.T, c *client.Conn, conv string) protocol.Conversation {
 // the second and the first, and has alice create a group of them all.
 func grGroup(t *testing.T, others ...string) ([]*testenv.Node, map[string]*client.Conn, protocol.Conversation) {
 	t.Helper()
-	_, nodes := rtNodes(t, 2, nil)
+	_, nodes := rtNodes(t, 2, func(c *node.Config) { c.AdminSecret = []byte(adminSecret) })
 	conns := map[string]*client.Conn{"alice": connectReady(t, nodes[0], "alice")}
 	members := make(map[string]*client.Conn)
 	for i, name := range others {
@@ -287,5 +290,141 @@ func TestGroupConcurrentPromoteAndRemove(t *testing.T) {
 				t.Fatalf("round %d: alice removes admin carol: %v", round, err)
 			}
 		}
+	}
+}
+
+// grInvite has c create an invite link of conv.
+func grInvite(t *testing.T, c *client.Conn, conv string, seconds, maxUses int64) protocol.Invite {
+	t.Helper()
+	r, err := grRequest(t, c, protocol.ClientFrame{Type: protocol.TypeModerate, ConversationID: conv,
+		Action: protocol.ActionCreateInvite, Seconds: seconds, MaxUses: maxUses})
+	if err != nil || r.Type != protocol.TypeInvite || r.Invite == nil || !protocol.ValidInviteToken(r.Invite.Token) {
+		t.Fatalf("create an invite link: %+v, %v", r, err)
+	}
+	return *r.Invite
+}
+
+// TestGroupInviteLinksAndReports: only admins make invite links; whoever holds one previews the
+// group's name and member count and joins (from the other node), until it is used up or revoked;
+// a banned user cannot join by link; a member's report of a message reaches the admins (and the
+// operators' admin API), not the other members, until an admin dismisses it.
+func TestGroupInviteLinksAndReports(t *testing.T) {
+	nodes, c, g := grGroup(t, "bob")
+	alice, bob := c["alice"], c["bob"] // alice on node A, bob on node B
+	erin, frank, gina := connectReady(t, nodes[1], "erin"), connectReady(t, nodes[1], "frank"), connectReady(t, nodes[0], "gina")
+	ctx := ctxT(t, time.Minute)
+
+	_, err := grRequest(t, bob, protocol.ClientFrame{Type: protocol.TypeModerate, ConversationID: g.ID, Action: protocol.ActionCreateInvite})
+	wantRefusal(t, "bob, a member, makes a link", err, protocol.CodeForbidden, "only the group's admins can create invite links")
+	link := grInvite(t, alice, g.ID, 3600, 2)
+	if link.MaxUses != 2 || link.ExpiresAt == nil || link.CreatedBy != "alice" {
+		t.Errorf("the new link: %+v; want 2 uses, an expiry, made by alice", link)
+	}
+	grSystem(t, bob, g.ID, "alice created an invite link")
+	preview, err := grRequest(t, erin, protocol.ClientFrame{Type: protocol.TypeInvitePreview, Token: link.Token})
+	if err != nil || preview.Invite == nil || preview.Invite.Name != "group" || preview.Invite.Members != 2 || preview.Invite.ConversationID != g.ID {
+		t.Fatalf("erin's preview: %+v, %v; want the group's name and 2 members", preview.Invite, err)
+	}
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionBan, UserID: "frank"}); err != nil {
+		t.Fatalf("alice bans frank, not a member: %v", err)
+	}
+	_, err = grRequest(t, frank, protocol.ClientFrame{Type: protocol.TypeJoinInvite, Token: link.Token})
+	wantRefusal(t, "banned frank joins by link", err, protocol.CodeForbidden, "you are banned from this group")
+
+	joined, err := grRequest(t, erin, protocol.ClientFrame{Type: protocol.TypeJoinInvite, Token: link.Token})
+	if err != nil || joined.Conversation == nil || joined.Conversation.ID != g.ID || !slices.Contains(joined.Conversation.Members, "erin") {
+		t.Fatalf("erin joins by link: %+v, %v", joined.Conversation, err)
+	}
+	grSystem(t, alice, g.ID, "erin joined with an invite link")
+	if _, err := erin.Send(ctx, g.ID, "hello, I am erin"); err != nil {
+		t.Fatalf("erin sends after joining: %v", err)
+	}
+	if _, err := grRequest(t, frank, protocol.ClientFrame{Type: protocol.TypeJoinInvite, Token: link.Token}); err == nil {
+		t.Fatal("frank joined while banned")
+	}
+	if _, err := grRequest(t, gina, protocol.ClientFrame{Type: protocol.TypeJoinInvite, Token: link.Token}); err != nil {
+		t.Fatalf("gina joins with the link's second use: %v", err)
+	}
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionUnban, UserID: "frank"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = grRequest(t, frank, protocol.ClientFrame{Type: protocol.TypeJoinInvite, Token: link.Token})
+	wantRefusal(t, "a third use of a two-use link", err, protocol.CodeNotFound, "no such invite link: it may have been revoked")
+
+	second := grInvite(t, alice, g.ID, 0, 0)
+	list, err := grRequest(t, alice, protocol.ClientFrame{Type: protocol.TypeListInvites, ConversationID: g.ID})
+	if err != nil || list.Invites == nil || len(*list.Invites) != 1 || (*list.Invites)[0].Token != second.Token {
+		t.Fatalf("alice's links: %+v, %v; want only the second (the first is used up)", list.Invites, err)
+	}
+	_, err = grRequest(t, bob, protocol.ClientFrame{Type: protocol.TypeListInvites, ConversationID: g.ID})
+	wantRefusal(t, "bob lists the links", err, protocol.CodeForbidden, "only the group's admins can see its invite links")
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionRevokeInvite, Token: second.Token}); err != nil {
+		t.Fatalf("alice revokes the second link: %v", err)
+	}
+	_, err = grRequest(t, frank, protocol.ClientFrame{Type: protocol.TypeInvitePreview, Token: second.Token})
+	wantRefusal(t, "a preview of a revoked link", err, protocol.CodeNotFound, "no such invite link: it may have been revoked")
+
+	said, err := alice.Send(ctx, g.ID, "a message bob reports")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := grRequest(t, bob, protocol.ClientFrame{Type: protocol.TypeReport, ConversationID: g.ID, Seq: said.Seq, Reason: "rude"}); err != nil {
+		t.Fatalf("bob reports: %v", err)
+	}
+	pushed := testenv.Push(t, alice, 10*time.Second, func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeReports && f.ConversationID == g.ID && f.ID == ""
+	})
+	if pushed.Reports == nil || len(*pushed.Reports) != 1 || (*pushed.Reports)[0].Reporter != "bob" {
+		t.Errorf("alice's reports push: %+v; want bob's report", pushed.Reports)
+	}
+	_, err = grRequest(t, bob, protocol.ClientFrame{Type: protocol.TypeListReports, ConversationID: g.ID})
+	wantRefusal(t, "bob lists reports", err, protocol.CodeForbidden, "only the group's admins can see its reports")
+	reports, err := grRequest(t, alice, protocol.ClientFrame{Type: protocol.TypeListReports, ConversationID: g.ID})
+	if err != nil || reports.Reports == nil || len(*reports.Reports) != 1 {
+		t.Fatalf("alice's reports: %+v, %v; want bob's", reports.Reports, err)
+	}
+	rep := (*reports.Reports)[0]
+	if rep.Reporter != "bob" || rep.Seq != said.Seq || rep.Reason != "rude" {
+		t.Errorf("the report: %+v; want bob's of message %d, rude", rep, said.Seq)
+	}
+	var operators struct{ Reports []protocol.Report }
+	grAdminGet(t, nodes[1].AdminURL()+"/admin/conversations/"+g.ID+"/reports", &operators)
+	if len(operators.Reports) != 1 || operators.Reports[0].ID != rep.ID {
+		t.Errorf("the admin API's reports: %+v; want bob's", operators.Reports)
+	}
+	if err := grModerate(t, alice, g.ID, protocol.ClientFrame{Action: protocol.ActionDismissReport, ReportID: rep.ID}); err != nil {
+		t.Fatalf("alice dismisses the report: %v", err)
+	}
+	if reports, err := grRequest(t, alice, protocol.ClientFrame{Type: protocol.TypeListReports, ConversationID: g.ID}); err != nil || len(*reports.Reports) != 0 {
+		t.Errorf("alice's reports after dismissing: %+v, %v; want none", reports.Reports, err)
+	}
+	// The group was told nothing of the report: erin's next message after it is alice's next.
+	barrier, err := alice.Send(ctx, g.ID, "after the report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if barrier.Seq != said.Seq+1 {
+		t.Errorf("alice's message after the report has seq %d; want %d: the report or its dismissal was said in the group", barrier.Seq, said.Seq+1)
+	}
+}
+
+// grAdminGet reads a JSON answer of the admin API into v.
+func grAdminGet(t *testing.T, u string, v any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminSecret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", u, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", u, err)
 	}
 }

@@ -181,6 +181,8 @@ func (f *ClientFrame) Validate() error {
 		return nil
 	case TypeModerate:
 		return f.validateModerate()
+	case TypeListInvites, TypeInvitePreview, TypeJoinInvite, TypeReport, TypeListReports:
+		return f.validateGroupFrame()
 	case "":
 		return Errorf(CodeInvalidField, "type is required")
 	default:

@@ -245,6 +245,11 @@ type ClientFrame struct {
 	Seconds int64  `json:"seconds,omitempty"`
 	// Cursor continues a search after the page that returned it.
 	Cursor string `json:"cursor,omitempty"`
+	// MaxUses, Token, ReportID and Reason are those of invite links and reports (groups.go).
+	MaxUses  int64  `json:"maxUses,omitempty"`
+	Token    string `json:"token,omitempty"`
+	ReportID string `json:"reportId,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // ServerFrame is every frame the server sends; fields not used by a type are omitted. A message
@@ -329,4 +334,8 @@ type ServerFrame struct {
 	// the cursor of the next page, omitted on the last.
 	Hits   *[]SearchHit `json:"hits,omitempty"`
 	Cursor string       `json:"cursor,omitempty"`
+	// Invite links and reports (groups.go): invite, invites and reports frames.
+	Invite  *Invite   `json:"invite,omitempty"`
+	Invites *[]Invite `json:"invites,omitempty"`
+	Reports *[]Report `json:"reports,omitempty"`
 }

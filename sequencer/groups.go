@@ -84,9 +84,16 @@ func (p *partition) administer(ctx context.Context, e *entry, key string, msgs *
 		delete(c.members, u.Remove)
 		delete(c.lastSent, u.Remove)
 	}
+	if res.Body == "" { // a report, or its dismissal: the admins' alone, nothing said
+		e.result = &protocol.Message{ConversationID: e.req.ConversationID}
+		return
+	}
 	e.req.Kind, e.req.Body = protocol.KindSystem, res.Body
 	p.assign(ctx, e, key, msgs)
 }
+
+// joins reports whether r is a join by invite link: the one request of a user not a member yet.
+func (r SendRequest) joins() bool { return r.Group != nil && r.Group.Action == group.OpJoin }
 
 // checkSend refuses e's message when its group's settings do not let its sender post now, and
 // otherwise remembers when they did, for slow mode (in memory: a new owner starts the wait anew).

@@ -384,7 +384,7 @@ func (p *partition) member(ctx context.Context, e *entry, key string) *conversat
 		p.seq.log.Error().Err(err).Str("conversation", e.req.ConversationID).Msg("load conversation")
 		e.refused, e.reason = protocol.ErrUnavailable, failStore
 		return nil
-	case e.req.Kind != protocol.KindSystem && !c.members[e.req.SenderID]:
+	case e.req.Kind != protocol.KindSystem && !c.members[e.req.SenderID] && !e.req.joins():
 		e.refused, e.reason = protocol.ErrNotMember, failNotMember
 		return nil
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/chatd/chatd/auth"
+	"github.com/chatd/chatd/protocol"
 )
 
 // adminTimeout bounds one admin call's store write and publish.
@@ -21,6 +23,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		return
 	}
 	mux.HandleFunc("POST /admin/users/{id}/revoke", s.admin(s.revoke))
+	mux.HandleFunc("GET /admin/conversations/{id}/reports", s.admin(s.reports))
 }
 
 // admin runs h for requests that carry the admin secret as a bearer token.
@@ -71,4 +74,29 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 	s.log.Warn().Str("event", "revoked").Str("user", userID).Str("remote", r.RemoteAddr).
 		Time("tokensValidAfter", after).Msg("security")
 	writeJSON(w, http.StatusOK, revokeResponse{UserID: userID, TokensValidAfter: after})
+}
+
+type reportsResponse struct {
+	Reports []protocol.Report `json:"reports"`
+}
+
+// reports lists a group's open reports of messages (see chat.OpenReports), for the operators.
+func (s *Server) reports(w http.ResponseWriter, r *http.Request) {
+	convID := r.PathValue("id")
+	if !protocol.ValidID(convID) {
+		writeError(w, http.StatusBadRequest, "not a conversation id")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
+	defer cancel()
+	list, err := s.chat.OpenReports(ctx, convID)
+	switch {
+	case errors.Is(err, protocol.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no such conversation")
+	case err != nil:
+		s.log.Error().Err(err).Str("conversation", convID).Msg("list reports")
+		writeError(w, http.StatusServiceUnavailable, "could not read the reports; try again")
+	default:
+		writeJSON(w, http.StatusOK, reportsResponse{Reports: list})
+	}
 }

@@ -157,9 +157,20 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 	case protocol.TypeLeave:
 		return ok, r.chat.RemoveMember(ctx, uid, conv, uid)
 	case protocol.TypeModerate:
-		enabled := f.Enabled != nil && *f.Enabled
-		return ok, r.chat.Moderate(ctx, uid, conv, chat.ModerateRequest{Action: f.Action, UserID: f.UserID, Name: f.Name,
-			Topic: f.Topic, Enabled: enabled, Seconds: f.Seconds, Seq: f.Seq})
+		return r.moderate(ctx, uid, f)
+	case protocol.TypeListInvites:
+		list, err := r.chat.Invites(ctx, uid, conv)
+		return &protocol.ServerFrame{Type: protocol.TypeInvites, ConversationID: conv, Invites: &list}, err
+	case protocol.TypeInvitePreview:
+		inv, err := r.chat.PreviewInvite(ctx, f.Token)
+		return &protocol.ServerFrame{Type: protocol.TypeInvite, Invite: &inv}, err
+	case protocol.TypeJoinInvite:
+		return conversationReply(r.chat.JoinInvite(ctx, uid, f.Token))
+	case protocol.TypeReport:
+		return ok, r.chat.Report(ctx, uid, conv, f.Seq, f.Reason)
+	case protocol.TypeListReports:
+		list, err := r.chat.Reports(ctx, uid, conv)
+		return &protocol.ServerFrame{Type: protocol.TypeReports, ConversationID: conv, Reports: &list}, err
 	case protocol.TypeDeleteMessage:
 		return ok, r.chat.DeleteMessage(ctx, uid, conv, f.Seq)
 	case protocol.TypeEditMessage:
@@ -183,6 +194,18 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 	default:
 		return nil, protocol.Errorf(protocol.CodeUnknownType, "frame type %q is not supported", f.Type)
 	}
+}
+
+// moderate answers a moderate frame: ok, or for create_invite the new link.
+func (r *router) moderate(ctx context.Context, uid string, f protocol.ClientFrame) (*protocol.ServerFrame, error) {
+	if f.Action == protocol.ActionCreateInvite {
+		inv, err := r.chat.CreateInvite(ctx, uid, f.ConversationID, f.Seconds, f.MaxUses)
+		return &protocol.ServerFrame{Type: protocol.TypeInvite, Invite: &inv}, err
+	}
+	enabled := f.Enabled != nil && *f.Enabled
+	return &protocol.ServerFrame{Type: protocol.TypeOK}, r.chat.Moderate(ctx, uid, f.ConversationID, chat.ModerateRequest{
+		Action: f.Action, UserID: f.UserID, Name: f.Name, Topic: f.Topic, Enabled: enabled, Seconds: f.Seconds, Seq: f.Seq,
+		Token: f.Token, ReportID: f.ReportID})
 }
 
 func conversationReply(c protocol.Conversation, err error) (*protocol.ServerFrame, error) {

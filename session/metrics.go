@@ -29,7 +29,8 @@ var clientFrameTypes = []string{
 	protocol.TypeRemoveMember, protocol.TypeLeave, protocol.TypeSetPrivacy, protocol.TypePing,
 	protocol.TypeBlockUser, protocol.TypeUnblockUser, protocol.TypeListBlocks, protocol.TypeEditMessage,
 	protocol.TypeReact, protocol.TypeReactions, protocol.TypeFocus, protocol.TypeDelivered,
-	protocol.TypePresence, protocol.TypeModerate,
+	protocol.TypePresence, protocol.TypeModerate, protocol.TypeListInvites, protocol.TypeInvitePreview,
+	protocol.TypeJoinInvite, protocol.TypeReport, protocol.TypeListReports,
 }
 
 // errorCodes are the values of chatd_frames_refused_total's code label, besides labelOther: the

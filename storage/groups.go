@@ -28,6 +28,30 @@ type GroupAdmin struct {
 	Banned []string `bson:"banned,omitempty"`
 	// Pins are the pinned messages' seqs, newest last.
 	Pins []int64 `bson:"pins,omitempty"`
+	// Invites are the group's invite links and Reports its members' reports of messages, for
+	// its admins: neither is in the members' view.
+	Invites []Invite `bson:"invites,omitempty"`
+	Reports []Report `bson:"reports,omitempty"`
+}
+
+// Invite is an invite link of a group: whoever has its token may join, until it expires (a nil
+// ExpiresAt never does) or has been used MaxUses times (0: no limit).
+type Invite struct {
+	Token     string     `bson:"token"`
+	CreatedBy string     `bson:"createdBy"`
+	CreatedAt time.Time  `bson:"createdAt"`
+	ExpiresAt *time.Time `bson:"expiresAt,omitempty"`
+	MaxUses   int64      `bson:"maxUses,omitempty"`
+	Uses      int64      `bson:"uses,omitempty"`
+}
+
+// Report is a member's report of a message to the group's admins, open until one dismisses it.
+type Report struct {
+	ID        string    `bson:"id"`
+	Seq       int64     `bson:"seq"`
+	Reporter  string    `bson:"reporter"`
+	Reason    string    `bson:"reason"`
+	CreatedAt time.Time `bson:"createdAt"`
 }
 
 // GroupUpdate is one administrative change of a group as the owner writes it: the group's whole

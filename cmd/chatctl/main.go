@@ -1,6 +1,7 @@
 // Command chatctl is a command-line client of the chat server, for people and for scripts. It signs
-// in on a dev-mode server, sets and finds display names, opens DMs and groups, lists
-// conversations, sends, tails a conversation and pages its history, all through the client package
+// in on a dev-mode server, sets and finds display names, opens DMs and groups, runs groups (roles,
+// settings, moderation, pins, invite links, reports), lists conversations, sends, tails a
+// conversation and pages its history, all through the client package
 // over one WebSocket per command. People are printed by display name (ids stay in JSON).
 //
 // backfill, migrate and audit talk to MongoDB directly instead, for operators.
@@ -89,6 +90,16 @@ var commands = []command{
 	{"delete", "<conversationId> <seq>", "delete one of your messages for everyone", runDelete},
 	{"react", "<conversationId> <seq> <emoji>", "add a reaction to a message (-remove takes it away)", runReact},
 	{"reactions", "<conversationId> <seq>", "list who reacted to a message with what", runReactions},
+	{"add", "<conversationId> <user>...", "add members to a group (its admins)", runAdd},
+	{"remove", "<conversationId> <user>", "remove a member from a group (its admins)", runRemove},
+	{"leave", "<conversationId>", "leave a group (its owner hands it over first)", runLeave},
+	{"moderate", "<conversationId> <action> [args]", "change a group: " + moderateUsage, runModerate},
+	{"info", "<conversationId>", "print a group's members with their roles, and its settings, mutes, bans and pins", runInfo},
+	{"invite", "<conversationId>", "make an invite link (-expires, -uses); prints its token", runInvite},
+	{"invites", "<conversationId>", "list a group's live invite links (its admins)", runInvites},
+	{"join", "<token>", "join a group by invite link (-preview shows its name and size only); prints its id", runJoin},
+	{"report", "<conversationId> <seq> <reason...>", "report a message to the group's admins", runReport},
+	{"reports", "<conversationId>", "list a group's open reports (its admins)", runReports},
 	{"presence", "<user>...", "say who of these users is online, and when the others were last seen", runPresence},
 	{"tail", "<conversationId>", "print messages as they arrive; reconnects and fills gaps", runTail},
 	{"history", "<conversationId>", "print one page of history", runHistory},

@@ -13,6 +13,9 @@ import { closeConversation, maybeLoadMore, nearBottom } from './conversation.js'
 import { setAuth } from './dispatch.js';
 import { ui } from './dom.js';
 import { wireFinders } from './finder.js';
+import {
+  checkJoinLink, confirmJoin, createInvite, jumpToPin, openReport, saveGroupSettings, submitReport, togglePin
+} from './groupadmin.js';
 import { addMembers, openGroupInfo } from './groupinfo.js';
 import { confirmJump, openJumpPicker } from './jump.js';
 import { createGroup, openDM } from './list.js';
@@ -54,6 +57,25 @@ ui.menuLeave.addEventListener('click', leaveGroup);
 ui.msgReply.addEventListener('click', startReply);
 ui.msgDelete.addEventListener('click', deleteForEveryone);
 ui.msgEdit.addEventListener('click', startEdit);
+ui.msgReport.addEventListener('click', () => {
+  const { convId, seq } = msgMenuFor;
+  closeMenus();
+  openReport(convId, seq);
+});
+ui.msgPin.addEventListener('click', () => {
+  const { convId, seq } = msgMenuFor;
+  closeMenus();
+  togglePin(convId, seq);
+});
+ui.pinButton.addEventListener('click', jumpToPin);
+ui.groupSettingsForm.addEventListener('submit', saveGroupSettings);
+ui.createInvite.addEventListener('click', createInvite);
+ui.reportForm.addEventListener('submit', submitReport);
+ui.reportCancel.addEventListener('click', () => ui.reportDialog.close());
+ui.joinOk.addEventListener('click', confirmJoin);
+ui.joinCancel.addEventListener('click', () => ui.joinDialog.close());
+// An invite link opened in a page already signed in (once connected; else the sync checks it).
+window.addEventListener('hashchange', () => { if (conn.live) checkJoinLink(); });
 ui.editCancel.addEventListener('click', () => cancelEdit());
 ui.msgMenu.addEventListener('click', reactFromMenu);
 ui.presenceSwitch.addEventListener('change', setPresenceShown);

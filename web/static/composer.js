@@ -5,6 +5,7 @@ import { conn, request, sendFrame } from './connection.js';
 import { replaceWindow } from './conversation.js';
 import { editSaved, onMessage } from './dispatch.js';
 import { announce, ui } from './dom.js';
+import { noteSent, sendGate } from './groupadmin.js';
 import { closeMenus, msgMenuFor, showNotice } from './menus.js';
 import { quoteOf, renderMessages } from './messages.js';
 import { failureText } from './names.js';
@@ -44,7 +45,7 @@ export function submitMessage(ev) {
   if (shown.editing && shown.editing.convId === shown.openId) { saveEdit(); return; }
   const c = openConv();
   const body = ui.input.value;
-  if (!c || !body.trim() || !checkDraft()) return; // too long: the warning says so, the text stays
+  if (!c || !body.trim() || !checkDraft() || sendGate(c)) return; // too long, or the group's settings: the text stays
   ui.input.value = '';
   autosize();
   checkDraft();
@@ -131,9 +132,11 @@ export async function attemptSend(p) {
     if (p.replyTo) frame.replyTo = p.replyTo;
     const ack = await request(frame, SEND_TIMEOUT_MS);
     confirmSend(p.clientMsgId, ackedMessage(ack, p));
+    noteSent(p.convId); // slow mode counts from here
     return null;
   } catch (err) {
     if (!pending.has(p.clientMsgId)) return null; // confirmed meanwhile by a replay or a late ack
+    noteSent(p.convId, err); // a slow-mode refusal says how long to wait
     p.state = 'failed';
     p.retryable = err.retryable || ['offline', 'disconnected', 'timeout'].includes(err.code);
     // "disconnected" and "timeout" mean the frame went out: it may be stored, and Retry (same

@@ -6,6 +6,7 @@ import {
   addNewer, addOlder, applyHistory, bufferLive, endBuffer, installWindow
 } from './dispatch-windows.js';
 import { ui } from './dom.js';
+import { renderGroupState } from './groupadmin.js';
 import { presenceText, requestPresence } from './groupinfo.js';
 import { renderConvList, typers } from './list.js';
 import { dmPeer } from './menus.js';
@@ -176,6 +177,7 @@ export function showConversation() {
   renderEditBar();
   ui.scroller.setAttribute('aria-label', `Messages with ${convTitle(c)}`);
   renderTyping();
+  renderGroupState();
 }
 
 export function jumpTo(seq) {

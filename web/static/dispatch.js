@@ -9,6 +9,7 @@ import { settleReply } from './connection.js';
 import { closeConversation, renderTyping, showConversation } from './conversation.js';
 import { deliver } from './dispatch-windows.js';
 import { announce, ui } from './dom.js';
+import { noteReports, renderGroupState } from './groupadmin.js';
 import { renderGroupInfo } from './groupinfo.js';
 import { refreshListSoon, renderConvList, updateTitle } from './list.js';
 import { dmPeer } from './menus.js';
@@ -42,6 +43,7 @@ export function handleFrame(f) {
     case 'delivered': onPeerDelivered(f); break;
     case 'presence': onPresence(f); break;
     case 'profile': onProfile(f); break;
+    case 'reports': noteReports(f); break; // a member's report, for this user, an admin
     case 'error': ui.sidebarError.textContent = f.message || f.code; break;
     default: break; // frames added to the protocol later are ignored
   }
@@ -129,6 +131,7 @@ function upsertConv(v) {
   c.name = v.name || '';
   c.members = v.members || [];
   c.createdBy = v.createdBy || '';
+  c.group = v.group || null; // roles and settings (groupadmin.js)
   // The newest message, for the list: the view's, unless a push brought a newer one meanwhile.
   const lm = v.lastMessage;
   if (lm && lm.seq > 0 && (!c.last || lm.seq >= c.last.seq)) c.last = listPreview(lm);
@@ -161,6 +164,7 @@ export function applyConversationList(list, { synced = false } = {}) {
   for (const id of [...store.convs.keys()]) if (!seen.has(id)) removeConv(id);
   recountTotal();
   renderConvList();
+  renderGroupState();
 }
 
 export function removeConv(id) {

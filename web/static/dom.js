@@ -37,6 +37,15 @@ export const ui = {
   openSettings: $('open-settings'), settings: $('settings'), receiptsSwitch: $('receipts-switch'),
   receiptsStatus: $('receipts-status'), blockedList: $('blocked-list'), blockedEmpty: $('blocked-empty'),
   blockForm: $('block-form'), blockUser: $('block-user'), settingsError: $('settings-error'),
+  // Running a group (groupadmin.js).
+  pinBar: $('pin-bar'), pinButton: $('pin-button'), pinLabel: $('pin-label'), pinText: $('pin-text'),
+  composerGate: $('composer-gate'), msgReport: $('msg-report'), msgPin: $('msg-pin'), groupTopic: $('group-topic'), groupAdmin: $('group-admin'),
+  groupSettingsForm: $('group-settings-form'), groupRenameInput: $('group-rename-input'), groupTopicInput: $('group-topic-input'),
+  announcementSwitch: $('announcement-switch'), slowModeSelect: $('slow-mode-select'), inviteList: $('invite-list'),
+  inviteEmpty: $('invite-empty'), createInvite: $('create-invite'), reportList: $('report-list'), reportEmpty: $('report-empty'),
+  reportDialog: $('report-dialog'), reportForm: $('report-form'), reportReason: $('report-reason'), reportCancel: $('report-cancel'),
+  reportError: $('report-error'), joinDialog: $('join-dialog'), joinTitle: $('join-title'), joinText: $('join-text'),
+  joinOk: $('join-ok'), joinCancel: $('join-cancel'), joinError: $('join-error'),
 };
 
 export function h(tag, attrs, ...children) {

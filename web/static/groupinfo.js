@@ -5,6 +5,7 @@ import { showConversation } from './conversation.js';
 import { applyPresenceList } from './dispatch.js';
 import { announce, h, morph, reconcile, ui } from './dom.js';
 import { PICK_SOMEONE, addFinder, addPicks, membersTyped } from './finder.js';
+import { canRemove, loadAdminLists, renderGroupAdmin, roleOf, setRole } from './groupadmin.js';
 import { refreshListSoon } from './list.js';
 import { closeMenus, confirmAction, dmPeer } from './menus.js';
 import { convTitle, failureText, nameOf } from './names.js';
@@ -25,6 +26,7 @@ export function openGroupInfo() {
   renderGroupInfo(); // after showModal: it renders only an open panel
   ui.addMembersInput.focus();
   requestGroupPresence();
+  loadAdminLists();
 }
 
 // requestGroupPresence asks who of the open panel's members is online (a group of more than 32
@@ -45,35 +47,43 @@ export async function requestGroupPresence() {
 }
 
 // renderGroupInfo updates the open panel in place (a member joined or left meanwhile, someone
-// came online); it closes when the user is no longer in the group. Only the group's creator
-// (createdBy) may remove others, so only the creator's panel offers Remove.
+// came online, a role changed); it closes when the user is no longer in the group. Each member
+// shows their role (owner, admin); the panel offers Remove where the user's role allows it (see
+// canRemove), and the owner Make admin / Make member.
 export function renderGroupInfo() {
   if (!ui.groupInfo.open) return;
   const c = store.convs.get(groupInfoId);
   if (!c) { ui.groupInfo.close(); return; }
   ui.groupInfoTitle.textContent = convTitle(c);
   ui.groupMembersHeading.textContent = `${c.members.length} member${c.members.length === 1 ? '' : 's'}`;
-  const iCreated = !!c.createdBy && c.createdBy === me();
+  const iOwn = roleOf(c, me()) === 'owner';
   reconcile(ui.groupMemberList, c.members.map((u) => {
     const presence = u === me() ? '' : presenceText(u);
     const creator = u === c.createdBy;
-    const canRemove = iCreated && u !== me();
-    const build = () => h('li', { class: 'member', 'data-user': u },
+    const role = roleOf(c, u);
+    const removable = canRemove(c, u);
+    const appoint = iOwn && u !== me();
+    const build = () => h('li', { class: 'member', 'data-user': u, 'data-role': role },
       h('span', { class: 'avatar', 'aria-hidden': 'true', 'data-initial': initial(nameOf(u)) }),
       h('span', { class: 'member-text' },
-        h('span', { class: 'member-name', dir: 'auto' }, u === me() ? `${nameOf(u)} (you)` : nameOf(u)),
+        h('span', { class: 'member-line' },
+          h('span', { class: 'member-name', dir: 'auto' }, u === me() ? `${nameOf(u)} (you)` : nameOf(u)),
+          role !== 'member' ? h('span', { class: 'role-badge' }, role) : null),
         creator || presence ? h('span', { class: 'member-presence muted small', 'data-presence': presence },
           [creator ? 'created the group' : '', presence].filter(Boolean).join(' · ')) : null),
-      canRemove ? h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${nameOf(u)} from the group`, onclick: () => removeMember(u) }, 'Remove') : null);
+      appoint ? h('button', { type: 'button', class: 'link set-role', onclick: () => setRole(c, u, role !== 'admin') },
+        role === 'admin' ? 'Make member' : 'Make admin') : null,
+      removable ? h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${nameOf(u)} from the group`, onclick: () => removeMember(u) }, 'Remove') : null);
     return {
       key: u,
-      sig: [u === me(), presence, creator, canRemove, nameOf(u)].join('|'),
+      sig: [u === me(), presence, creator, role, removable, appoint, nameOf(u)].join('|'),
       build,
       // In place, like messages: a press on Remove before a presence change and the release
       // after it still make a click.
       update: (e) => morph(e, build()),
     };
   }));
+  renderGroupAdmin();
 }
 
 export async function addMembers(ev) {

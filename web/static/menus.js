@@ -4,6 +4,7 @@
 import { request } from './connection.js';
 import { onDeleted, onHidden, removeConv } from './dispatch.js';
 import { announce, ui } from './dom.js';
+import { runsGroup } from './groupadmin.js';
 import { jumpToMessage } from './messages.js';
 import { convTitle, failureText, nameOf } from './names.js';
 import { isMuted } from './notifications.js';
@@ -108,8 +109,13 @@ function openMessageMenu(li, at) {
   msgMenuFor.convId = c.id;
   msgMenuFor.seq = m.seq;
   msgMenuFor.scrollTop = ui.scroller.scrollTop;
-  ui.msgDelete.hidden = m.senderId !== me(); // only the sender may delete for everyone
-  ui.msgEdit.hidden = m.senderId !== me(); // or edit
+  // Only the sender may delete for everyone, or in a group its owner and admins; only the sender
+  // edits; any other member reports it to the group's admins.
+  ui.msgDelete.hidden = m.senderId !== me() && !runsGroup(c);
+  ui.msgEdit.hidden = m.senderId !== me();
+  ui.msgReport.hidden = c.kind !== 'group' || m.senderId === me();
+  ui.msgPin.hidden = !runsGroup(c); // the owner and admins pin
+  ui.msgPin.textContent = (c.group?.pins || []).includes(m.seq) ? 'Unpin' : 'Pin';
   showMenu(ui.msgMenu, li.querySelector('.msg-actions'));
   const r = at;
   const mr = ui.msgMenu.getBoundingClientRect();

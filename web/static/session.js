@@ -9,6 +9,7 @@ import {
 } from './dispatch.js';
 import { ui } from './dom.js';
 import { addFinder, addPicks, blockFinder, dmFinder, groupFinder, groupPicks } from './finder.js';
+import { checkJoinLink } from './groupadmin.js';
 import { requestGroupPresence, requestPresence } from './groupinfo.js';
 import { renderConvList, updateTitle } from './list.js';
 import { closeMenus, confirmAction, hideNotice } from './menus.js';
@@ -151,6 +152,7 @@ async function syncAll() {
     markVisibleRead();
   }
   renderConvList();
+  checkJoinLink(); // an invite link opened the page (#/join/<token>)
 }
 
 // hashConversation is the conversation remembered in the address (#c=<id>), so a reload reopens it.
