@@ -161,6 +161,7 @@ func View(m storage.Message, viewer string) protocol.Message {
 		ReplyTo:        m.ReplyTo,
 		Version:        m.Version,
 		EditedAt:       m.EditedAt,
+		Mentions:       m.Mentions,
 	}
 	if q := m.Quote; q != nil {
 		w.Quote = &protocol.Quote{SenderID: q.SenderID, Body: q.Body, Deleted: q.Deleted}

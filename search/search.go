@@ -42,7 +42,7 @@ const mappingVersionKey = "chatd.search.mapping"
 
 // mappingVersion changes whenever the mapping or the analyzer changes: an index built by another
 // analysis answers wrongly without failing, so Open refuses it and the caller rebuilds it.
-const mappingVersion = "2"
+const mappingVersion = "1"
 
 // ErrIncompatible means the directory holds an index built with another mapping or analyzer; the
 // caller removes the directory and indexes the messages again.

@@ -64,6 +64,10 @@ type conversationState struct {
 	// as they are now, when this owner stored them all: sealed from here when it fills, with no
 	// read (storage.SealBucket). Empty when not known.
 	tail []storage.Message
+	// mentioned is the seqs of the newest messages that mention each member, and
+	// mentionsChanged the members whose seqs changed since the counters were written (mentions.go).
+	mentioned       map[string][]int64
+	mentionsChanged map[string]bool
 }
 
 // entry is one send of a batch on its way to the store, and what became of it.
@@ -104,6 +108,8 @@ type batchMessage struct {
 	changed     bool
 	// textChanged says an edit or a deletion changed what a conversation list shows of it.
 	textChanged bool
+	// readMentions are whom the message mentioned as the batch read it.
+	readMentions []string
 }
 
 func newPartition(s *Sequencer, id int, stillOwner func() bool) *partition {
@@ -414,6 +420,9 @@ func (p *partition) assign(ctx context.Context, e *entry, key string, msgs *batc
 		ReplyTo:        e.req.ReplyTo,
 		Quote:          quote,
 	}
+	if e.req.Kind != protocol.KindSystem {
+		e.msg.Mentions = mentionsIn(c, e.req.Body)
+	}
 }
 
 // message returns message seq of e's conversation as this batch has it, reading it from the
@@ -437,7 +446,7 @@ func (p *partition) message(ctx context.Context, e *entry, msgs *batchMessages, 
 		e.refused, e.reason = protocol.Refuse(protocol.ErrNotFound, "no message %d in this conversation", seq), failRefused
 		return nil
 	}
-	bm := &batchMessage{msg: found[0], prevVersion: found[0].Version}
+	bm := &batchMessage{msg: found[0], prevVersion: found[0].Version, readMentions: found[0].Mentions}
 	msgs.byKey[k] = bm
 	return bm
 }
@@ -466,6 +475,11 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 		return
 	}
 	if changed {
+		mentioned := bm.msg.Mentions
+		if e.req.Op == message.OpEdit {
+			bm.msg.Mentions = mentionsIn(c, bm.msg.Body)
+			mentioned = without(mentioned, bm.msg.Mentions)
+		}
 		c.lastVersion++
 		if !bm.changed {
 			bm.changed = true
@@ -473,6 +487,9 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 		}
 		bm.textChanged = bm.textChanged || e.req.Op == message.OpEdit || e.req.Op == message.OpDelete
 		ch := ChangeOf(bm.msg, e.req, len(c.members))
+		if e.req.Op == message.OpEdit || e.req.Op == message.OpDelete {
+			ch.Unmentioned = mentioned
+		}
 		e.change = &ch
 	}
 	m := message.View(bm.msg, "")
@@ -613,6 +630,7 @@ func (p *partition) fail(entries []*entry, reason string) {
 // acks the same seq, and the changes are not written at all: it reports false.
 func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs *batchMessages) bool {
 	counters := make(map[string]storage.Counters)
+	p.noteMentions(entries, msgs)
 	for _, e := range entries {
 		c, ok := p.convs[e.req.ConversationID]
 		if !ok || e.result == nil {
@@ -635,6 +653,10 @@ func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs 
 		}
 		counters[e.req.ConversationID] = n
 	}
+	for id, n := range counters {
+		n.Mentioned = p.convs[id].changedMentions()
+		counters[id] = n
+	}
 	for _, bm := range msgs.changed {
 		if n, ok := counters[bm.msg.ConversationID]; ok && bm.textChanged {
 			n.Changed = append(n.Changed, previewOf(message.View(bm.msg, "")))
@@ -643,6 +665,7 @@ func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs 
 	}
 	if err := p.seq.store.AdvanceCounters(ctx, counters); err != nil {
 		p.seq.log.Error().Err(err).Int("partition", p.id).Msg("advance lastSeq")
+		p.unwrittenMentions(counters)
 		for _, e := range entries {
 			if e.result != nil {
 				if e.change == nil && e.req.Op == "" {
@@ -777,7 +800,8 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 	if high > conv.LastSeq {
 		p.republish(ctx, id, max(conv.LastSeq+1, high-int64(p.seq.cfg.MaxBatch)+1), high)
 	}
-	c := &conversationState{members: memberSet(conv.Members), lastSeq: max(conv.LastSeq, high), lastVersion: conv.LastVersion}
+	c := &conversationState{members: memberSet(conv.Members), lastSeq: max(conv.LastSeq, high), lastVersion: conv.LastVersion,
+		mentioned: conv.Mentioned}
 	if len(p.convs) >= maxCachedConversations {
 		for evict := range p.convs {
 			delete(p.convs, evict)

@@ -39,6 +39,8 @@ type Message struct {
 	// Reactions hold every member's reactions, per emoji in the order of first use; bounded by
 	// protocol.MaxReactionKinds emoji and protocol.MaxReactionsPerUser per member.
 	Reactions []Reaction `bson:"reactions,omitempty"`
+	// Mentions are the members the body mentions (message.Mentions), found by the owner.
+	Mentions []string `bson:"mentions,omitempty"`
 }
 
 // Quote is the start of a replied-to message, copied into the reply.
