@@ -27,7 +27,7 @@ export const ui = {
   nameForm: $('name-form'), nameInput: $('name-input'), nameStatus: $('name-status'),
   dmResults: $('dm-results'), groupPicked: $('group-picked'), groupResults: $('group-results'),
   addPicked: $('add-picked'), addResults: $('add-results'), blockResults: $('block-results'),
-  notifySwitch: $('notify-switch'), notifyStatus: $('notify-status'), menuMute: $('menu-mute'), favicon: $('favicon'),
+  notifySwitch: $('notify-switch'), notifyStatus: $('notify-status'), favicon: $('favicon'),
   replyBar: $('reply-bar'), replySender: $('reply-sender'), replyText: $('reply-text'), replyCancel: $('reply-cancel'),
   confirm: $('confirm'), confirmTitle: $('confirm-title'), confirmText: $('confirm-text'),
   confirmOk: $('confirm-ok'), confirmCancel: $('confirm-cancel'),
@@ -37,6 +37,11 @@ export const ui = {
   openSettings: $('open-settings'), settings: $('settings'), receiptsSwitch: $('receipts-switch'),
   receiptsStatus: $('receipts-status'), blockedList: $('blocked-list'), blockedEmpty: $('blocked-empty'),
   blockForm: $('block-form'), blockUser: $('block-user'), settingsError: $('settings-error'),
+  searchForm: $('search-form'), searchInput: $('search-input'), searchScope: $('search-scope'),
+  searchScopeText: $('search-scope-text'), searchScopeClear: $('search-scope-clear'), searchStatus: $('search-status'),
+  searchResults: $('search-results'), searchMore: $('search-more'), menuSearch: $('menu-search'),
+  menuNotify: [$('menu-notify-all'), $('menu-notify-mentions'), $('menu-notify-nothing')],
+  mentionResults: $('mention-results'),
 };
 
 export function h(tag, attrs, ...children) {
