@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatd/chatd/client"
 	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/testenv"
@@ -17,6 +18,26 @@ import (
 // a message mentions is decided by the conversation's owner and carried on the message; each
 // member's count of unread mentions follows their read cursor, and an edit that drops the
 // mention, a deletion or leaving takes it back, in the list, in badge frames and in /api/badge.
+
+// mnJoseID is the user id dev-mode sign-in gives "José".
+const mnJoseID = "u-d994e1d001886fe5"
+
+// mnGroup starts two nodes with alice on the first, signs José in on the second, and has alice
+// make a group "plans" with him, which his connection there (watched) has heard of.
+func mnGroup(t *testing.T) (a, b *testenv.Node, alice *client.Conn, jose *rtInbox, joseToken, group string) {
+	t.Helper()
+	_, nodes := rtNodes(t, 2, nil)
+	a, b = nodes[0], nodes[1]
+	alice = connectReady(t, a, "alice")
+	joseToken = login(t, b, "José")
+	jose = rtWatch(t, "José (node B)", dialWith(t, b, joseToken, nil))
+	g, err := alice.CreateGroup(ctxT(t, time.Minute), "plans", []string{mnJoseID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jose.waitFor(t, 10*time.Second, "the group", rtHasConversation(g.ID))
+	return a, b, alice, jose, joseToken, g.ID
+}
 
 // mnBadge returns the mentions /api/badge reports for token's user.
 func mnBadge(t *testing.T, baseURL, token string) int64 {
@@ -80,18 +101,10 @@ func mnWaitCount(t *testing.T, in *rtInbox, baseURL, token, conv string, want in
 // (with a badge frame saying so), and so do an edit that drops the mention, a deletion of a
 // mentioning message, and leaving the group. A mention of oneself never counts.
 func TestMentionsAreCountedUntilRead(t *testing.T) {
-	_, nodes := rtNodes(t, 2, nil)
-	a, b := nodes[0], nodes[1]
+	a, b, alice, jose, joseToken, group := mnGroup(t)
 	ctx := ctxT(t, time.Minute)
-	alice := connectReady(t, a, "alice")
-	joseToken := login(t, b, "José")
-	jose := rtWatch(t, "José (node B)", dialWith(t, b, joseToken, nil))
-	const joseID = "u-d994e1d001886fe5"
-	g, err := alice.CreateGroup(ctx, "plans", []string{joseID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jose.waitFor(t, 10*time.Second, "the group", rtHasConversation(g.ID))
+	const joseID = mnJoseID
+	g := protocol.Conversation{ID: group}
 	send := func(body string) int64 {
 		t.Helper()
 		ack, err := alice.Send(ctx, g.ID, body)
@@ -148,18 +161,10 @@ func TestMentionsAreCountedUntilRead(t *testing.T) {
 // device on node A is told, both lists say so, and "all" puts the default back (absent from the
 // view). A bad value and a conversation he is not in are refused.
 func TestNotifySettingHoldsOnEveryDevice(t *testing.T) {
-	_, nodes := rtNodes(t, 2, nil)
-	a, b := nodes[0], nodes[1]
+	a, _, alice, onB, joseToken, group := mnGroup(t)
 	ctx := ctxT(t, time.Minute)
-	alice := connectReady(t, a, "alice")
-	joseToken := login(t, b, "José")
-	onB := rtWatch(t, "José (node B)", dialWith(t, b, joseToken, nil))
 	onA := rtWatch(t, "José (node A)", dialWith(t, a, joseToken, nil))
-	g, err := alice.CreateGroup(ctx, "plans", []string{"u-d994e1d001886fe5"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	onB.waitFor(t, 10*time.Second, "the group", rtHasConversation(g.ID))
+	g := protocol.Conversation{ID: group}
 	connectReady(t, a, "carol")
 	other, err := alice.CreateGroup(ctx, "not josé's", []string{"carol"})
 	if err != nil {
