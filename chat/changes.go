@@ -109,7 +109,8 @@ func (s *messaging) HandleChange(convID string, data []byte) {
 	f := protocol.ServerFrame{ConversationID: convID, Seq: ch.Seq, Version: ch.Version, UserID: ch.UserID}
 	switch ch.Op {
 	case message.OpEdit:
-		f.Type, f.Body, f.EditedAt = protocol.TypeEdited, ch.Body, ch.EditedAt
+		f.Type, f.Body, f.EditedAt, f.Mentions = protocol.TypeEdited, ch.Body, ch.EditedAt, ch.Mentions
+		s.mentioned(convID, ch.Seq, ch.Mentions, true, ch.UserID)
 	case message.OpDelete:
 		f.Type = protocol.TypeDeleted
 		s.learnDeleted(convID, []int64{ch.Seq})
@@ -119,6 +120,7 @@ func (s *messaging) HandleChange(convID string, data []byte) {
 		s.log.Error().Str("conversation", convID).Str("op", ch.Op).Msg("unknown change event")
 		return
 	}
+	s.mentioned(convID, ch.Seq, ch.Unmentioned, false, "")
 	frame, err := protocol.Encode(f)
 	if err != nil {
 		s.log.Error().Err(err).Msg("encode change")

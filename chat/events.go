@@ -50,6 +50,8 @@ type userEvent struct {
 	// Online and LastSeen are Peer's presence (presence events).
 	Online   bool       `json:"online,omitempty"`
 	LastSeen *time.Time `json:"lastSeen,omitempty"`
+	// Notify is the user's new notification setting for ConvID (notify events).
+	Notify string `json:"notify,omitempty"`
 	// HideReceipts and HidePresence are the user's changed privacy settings (privacy events).
 	HideReceipts *bool `json:"hideReceipts,omitempty"`
 	HidePresence *bool `json:"hidePresence,omitempty"`
@@ -117,6 +119,7 @@ func (s *messaging) deliverMessage(convID string, data []byte, received time.Tim
 		return false
 	}
 	s.ownMessage(msg.SenderID, convID, msg.Seq)
+	s.mentioned(convID, msg.Seq, msg.Mentions, true, msg.SenderID)
 	return s.hub.DeliverMessage(convID, msg.Seq, protocol.PushFromEncodedMessage(data), received)
 }
 
@@ -197,6 +200,8 @@ func (s *Service) HandleUserEvent(userID string, data []byte) {
 		if ev.Report != nil {
 			s.pushToUser(userID, protocol.ServerFrame{Type: protocol.TypeReports, ConversationID: ev.ConvID, Reports: &[]protocol.Report{*ev.Report}})
 		}
+	case userNotify:
+		s.applyNotify(userID, ev)
 	}
 }
 
@@ -264,9 +269,11 @@ func (s *live) badge(userID string, u *onlineUser, convID string) {
 		}
 		u.mu.Unlock()
 		read, last := p.readSeq, s.lastSeq(convID, p)
-		n := s.unreadOf(convID, p)
-		f.Unread, f.ReadSeq, f.LastSeq = &n, read, max(last, read)
+		n, m := s.unreadOf(convID, p), unreadMentions(p.mentions, read)
+		f.Unread, f.ReadSeq, f.LastSeq, f.UnreadMentions = &n, read, max(last, read), &m
 	}
+	mentions := totalMentions(u)
+	f.TotalMentions = &mentions
 	s.ephemeralToUser(userID, "badge:"+convID, f)
 }
 
@@ -368,5 +375,6 @@ func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversa
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,
 		ReadSeq: read, Unread: storage.Unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt, CreatedBy: c.CreatedBy,
 		Version: c.LastVersion, LastMessage: preview, Group: group.View(c, time.Now()),
+		UnreadMentions: unreadMentions(p.mentions, read),
 	}
 }

@@ -44,6 +44,7 @@ type cursorKey struct{ user, conv string }
 // cursors move forward only.
 type fakeStore struct {
 	mu      sync.Mutex
+	notify  map[string]map[string]string // by user, then conversation (notify_fakes_test.go)
 	convs   map[string]storage.Conversation
 	msgs    map[string][]storage.Message // by conversation; msgs[c][i] has seq i+1
 	cursors map[cursorKey]storage.Cursor

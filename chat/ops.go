@@ -109,6 +109,10 @@ func (s *messaging) listConversations(ctx context.Context, userID string, syncin
 			return nil, err
 		}
 	}
+	notify, err := s.store.NotifySettings(ctx, userID)
+	if err != nil {
+		return nil, fmt.Errorf("load notification settings of %s: %w", userID, err)
+	}
 	views := make([]protocol.Conversation, 0, len(convs))
 	for _, c := range convs {
 		p, err := s.positionOf(userID, c.ID)
@@ -119,11 +123,14 @@ func (s *messaging) listConversations(ctx context.Context, userID string, syncin
 			// Live here: mend what this node may have missed of the deletions, for its badges.
 			s.learnDeleted(c.ID, c.DeletedSeqs)
 		}
+		p.mentions = c.Mentioned[userID] // the owner's, written before what this node heard
 		last := max(c.LastSeq, s.lastSeq(c.ID, p))
 		if p.hiddenSeq > 0 && last <= p.hiddenSeq {
 			continue // deleted for this user, and nothing new since
 		}
-		views = append(views, toView(c, p, last))
+		view := toView(c, p, last)
+		view.Notify = notify[c.ID]
+		views = append(views, view)
 	}
 	return views, nil
 }

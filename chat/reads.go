@@ -171,21 +171,29 @@ func (s *readState) SetPrivacy(ctx context.Context, userID string, hide bool) er
 	return nil
 }
 
+// BadgeCounts are a user's unread messages over all conversations, and those of them that
+// mention the user.
+type BadgeCounts struct {
+	Unread, Mentions int64
+}
+
 // Badge computes a user's total unread from the store with their pending cursor moves on top, for
 // push services acting for offline users: O(conversations), never a count over messages. The
 // seqs each conversation records as deleted for everyone do not count.
-func (s *readState) Badge(ctx context.Context, userID string) (int64, error) {
+func (s *readState) Badge(ctx context.Context, userID string) (BadgeCounts, error) {
 	convs, err := s.store.ConversationsOf(ctx, userID)
 	if err != nil {
-		return 0, fmt.Errorf("load conversations of %s: %w", userID, err)
+		return BadgeCounts{}, fmt.Errorf("load conversations of %s: %w", userID, err)
 	}
 	cursors, err := s.cursorsOf(ctx, userID)
 	if err != nil {
-		return 0, err
+		return BadgeCounts{}, err
 	}
-	var total int64
+	var total BadgeCounts
 	for _, c := range convs {
-		total += storage.Unread(c.LastSeq, c.ReadSeq(userID, cursors[c.ID]), c.DeletedSeqs)
+		read := c.ReadSeq(userID, cursors[c.ID])
+		total.Unread += storage.Unread(c.LastSeq, read, c.DeletedSeqs)
+		total.Mentions += unreadMentions(c.Mentioned[userID], read)
 	}
 	return total, nil
 }

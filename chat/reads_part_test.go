@@ -141,7 +141,7 @@ func TestReadStatePartBadge(t *testing.T) {
 		t.Fatal(err)
 	}
 	// g: 10 - 7, less the tombstone at 9; d: 4 - 3 (his own message at 3 is read).
-	if got != 3 {
+	if got.Unread != 3 {
 		t.Fatalf("bob's badge %d; want 3", got)
 	}
 }

@@ -381,14 +381,14 @@ func TestBadgeReadsThroughPending(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != tc.want {
+		if got.Unread != tc.want {
 			t.Errorf("badge of %s is %d, want %d", tc.user, got, tc.want)
 		}
 	}
 	if err := ts.svc.Read(ts.ctx, "bob", dm, 2); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := ts.svc.Badge(ts.ctx, "bob"); got != 2 {
+	if got, _ := ts.svc.Badge(ts.ctx, "bob"); got.Unread != 2 {
 		t.Errorf("badge of bob after reading 2 of the DM is %d, want 2", got)
 	}
 }

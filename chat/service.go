@@ -106,6 +106,8 @@ type messageStore interface {
 	MessageRange(ctx context.Context, conversationID string, from, to int64) ([]storage.Message, error)
 	ChangedMessages(ctx context.Context, conversationID string, afterVersion, maxSeq int64, limit int) ([]storage.Message, error)
 	HideConversation(ctx context.Context, userID, conversationID string, lastSeq int64) error
+	NotifySettings(ctx context.Context, userID string) (map[string]string, error)
+	SetNotify(ctx context.Context, userID, conversationID, level string) error
 }
 
 // messaging is the part of the service that carries messages: sends (through the conversation's
@@ -188,6 +190,8 @@ type position struct {
 	// deliveredSeq is how far the user's devices have said they received (see Delivered).
 	deliveredSeq int64
 	hiddenSeq    int64 // the user deleted the conversation for themselves at this seq
+	// mentions are the seqs of the newest messages that mention the user (see mentions.go).
+	mentions []int64
 	// peer is the other member of a DM; block caches whether a block stands between them.
 	peer  string
 	block blockState
@@ -293,7 +297,7 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
 		read := conv.ReadSeq(uid, cur)
 		u.positions[conv.ID] = &position{kind: conv.Kind, members: len(conv.Members), loadedSeq: conv.LastSeq,
 			readSeq: min(read, conv.LastSeq), deliveredSeq: min(max(cur.DeliveredSeq, read), conv.LastSeq),
-			hiddenSeq: cur.HiddenSeq, peer: dmPeer(conv.Kind, conv.Members, uid)}
+			hiddenSeq: cur.HiddenSeq, peer: dmPeer(conv.Kind, conv.Members, uid), mentions: conv.Mentioned[uid]}
 		if s.hub.Join(uid, conv.ID, conv.LastSeq) {
 			s.watchConversation(conv.ID)
 		}

@@ -191,6 +191,12 @@ func (f *Feed) Search(ctx context.Context, q search.Query) (search.Page, error) 
 	return f.index.Search(ctx, q)
 }
 
+// Progress returns how far the index has taken a conversation, as recorded with its last
+// batch: every message up to Progress.Seq is searchable.
+func (f *Feed) Progress(conversationID string) (search.Progress, error) {
+	return f.index.Progress(conversationID)
+}
+
 // ForgetAccount removes a deleted account's messages, and the conversations deleted with it,
 // from every node's index (this node's included, through NATS like the others).
 func (f *Feed) ForgetAccount(userID string, conversations []string) error {
@@ -323,7 +329,7 @@ func (f *Feed) takeChange(b *search.Batch, data []byte, touched map[string]bool)
 	switch {
 	case !ok || c.Version <= p.Version:
 		return
-	case c.Version > p.Version+1 || c.Seq > p.Seq || c.CreatedAt.IsZero():
+	case c.Version > p.Version+1 || c.Seq > p.Seq || (c.CreatedAt.IsZero() && (c.Op == message.OpEdit || c.Op == message.OpDelete)):
 		f.late[c.ConversationID] = true
 		return
 	}

@@ -170,6 +170,7 @@ func View(m storage.Message, viewer string) protocol.Message {
 		Version:        m.Version,
 		EditedAt:       m.EditedAt,
 		RemovedBy:      m.RemovedBy,
+		Mentions:       m.Mentions,
 	}
 	if q := m.Quote; q != nil {
 		w.Quote = &protocol.Quote{SenderID: q.SenderID, Body: q.Body, Deleted: q.Deleted}

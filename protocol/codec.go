@@ -169,6 +169,14 @@ func (f *ClientFrame) Validate() error {
 		return nil
 	case TypeSearch:
 		return f.validateSearch()
+	case TypeSetNotify:
+		if err := requireID("conversationId", f.ConversationID); err != nil {
+			return err
+		}
+		if f.Notify != NotifyAll && f.Notify != NotifyMentions && f.Notify != NotifyNothing {
+			return Errorf(CodeInvalidField, "notify must be %q, %q or %q", NotifyAll, NotifyMentions, NotifyNothing)
+		}
+		return nil
 	case TypePresence, TypeProfiles:
 		if len(f.UserIDs) == 0 || len(f.UserIDs) > MaxPresenceUsers {
 			return Errorf(CodeInvalidField, "userIds must name 1 to %d users", MaxPresenceUsers)

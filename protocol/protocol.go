@@ -40,6 +40,10 @@ const (
 	// TypePresence is also a server frame: a peer came online or went offline.
 	TypePresence = "presence"
 	TypeSearch   = "search"
+	// TypeSetNotify sets a conversation's notification setting; TypeNotify is also a server
+	// frame: the setting changed (on any of the user's devices).
+	TypeSetNotify = "set_notify"
+	TypeNotify    = "notify"
 )
 
 // Server frame types: what the server sends. Replies carry the request's id.
@@ -69,6 +73,13 @@ const (
 	TypePresenceList  = "presence_list"
 	TypeProfile       = "profile"
 	TypeSearchResults = "search_results"
+)
+
+// Notification settings of a member for one conversation (set_notify, Conversation.Notify).
+const (
+	NotifyAll      = "all"
+	NotifyMentions = "mentions"
+	NotifyNothing  = "nothing"
 )
 
 // Message kinds.
@@ -106,6 +117,9 @@ type Message struct {
 	Reactions []Reaction `json:"reactions,omitempty"`
 	// RemovedBy is the admin who deleted this message of another member (a tombstone).
 	RemovedBy string `json:"removedBy,omitempty"`
+	// Mentions are the members the body mentions with @[userId] tokens, as the conversation's
+	// owner found them when it stored (or last edited) the message.
+	Mentions []string `json:"mentions,omitempty"`
 }
 
 // Quote is the start of a replied-to message as it was when the reply was sent; Deleted says the
@@ -149,6 +163,11 @@ type Conversation struct {
 	Version int64 `json:"version,omitempty"`
 	// Group is how a group is run: roles, settings, pins (see groups.go); nil on a DM.
 	Group *GroupInfo `json:"group,omitempty"`
+	// UnreadMentions counts the unread messages that mention this member.
+	UnreadMentions int64 `json:"unreadMentions,omitempty"`
+	// Notify is this member's notification setting for the conversation: NotifyMentions or
+	// NotifyNothing; absent means NotifyAll.
+	Notify string `json:"notify,omitempty"`
 }
 
 // MessagePreview is the start of a message (at most QuoteBytes of its body) as a conversation list
@@ -250,6 +269,8 @@ type ClientFrame struct {
 	Token    string `json:"token,omitempty"`
 	ReportID string `json:"reportId,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// Notify is the set_notify setting: NotifyAll, NotifyMentions or NotifyNothing.
+	Notify string `json:"notify,omitempty"`
 }
 
 // ServerFrame is every frame the server sends; fields not used by a type are omitted. A message
@@ -289,6 +310,9 @@ type ServerFrame struct {
 	// Badge frames: total unread over all conversations, and this conversation's unread.
 	Total  *int64 `json:"total,omitempty"`
 	Unread *int64 `json:"unread,omitempty"`
+	// Badge frames: unread messages that mention the user, over all conversations and in this one.
+	TotalMentions  *int64 `json:"totalMentions,omitempty"`
+	UnreadMentions *int64 `json:"unreadMentions,omitempty"`
 
 	// Delivered frames: how far a member's devices have received.
 	DeliveredSeq int64 `json:"deliveredSeq,omitempty"`
@@ -329,6 +353,10 @@ type ServerFrame struct {
 	CreatedAt *time.Time `json:"createdAt,omitempty"`
 	ReplyTo   int64      `json:"replyTo,omitempty"`
 	Quote     *Quote     `json:"quote,omitempty"`
+	// Edited frames: whom the new text mentions.
+	Mentions []string `json:"mentions,omitempty"`
+	// Notify frames: the user's new notification setting for the conversation.
+	Notify string `json:"notify,omitempty"`
 
 	// Search results: the page's hits, newest first (never omitted there: an empty list), and
 	// the cursor of the next page, omitted on the last.

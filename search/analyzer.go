@@ -44,7 +44,7 @@ type document struct {
 }
 
 // newMapping maps a message's document: the ids as exact keywords (for the membership filter and
-// the deletions of a sender or a conversation), seq stored and indexed, creation time only stored (the document id sorts), the
+// the deletions of a sender or a conversation), seq and creation time only stored (the document id sorts), the
 // body analysed, stored and with term vectors (the highlighter reads both). Nothing goes into
 // Bleve's catch-all "_all" field or is mapped dynamically: each would index every message again.
 func newMapping() (*mapping.IndexMappingImpl, error) {
@@ -80,11 +80,10 @@ func newMapping() (*mapping.IndexMappingImpl, error) {
 		f.DocValues = false
 		return f
 	}
-	// Seq and time are returned with a hit (the document id carries them for sorting); seq is
-	// also indexed, for a conversation the asker deleted for themselves up to a seq (Query.After).
-	storedNumber := func(indexed bool) *mapping.FieldMapping {
+	// Seq and time are only returned with a hit: the document id carries them for sorting.
+	storedNumber := func() *mapping.FieldMapping {
 		f := mapping.NewNumericFieldMapping()
-		f.Index = indexed
+		f.Index = false
 		f.DocValues = false
 		f.IncludeInAll = false
 		return f
@@ -98,8 +97,8 @@ func newMapping() (*mapping.IndexMappingImpl, error) {
 	doc := mapping.NewDocumentStaticMapping()
 	doc.AddFieldMappingsAt(fieldConversation, keywordField())
 	doc.AddFieldMappingsAt(fieldSender, keywordField())
-	doc.AddFieldMappingsAt(fieldSeq, storedNumber(true))
-	doc.AddFieldMappingsAt(fieldCreated, storedNumber(false))
+	doc.AddFieldMappingsAt(fieldSeq, storedNumber())
+	doc.AddFieldMappingsAt(fieldCreated, storedNumber())
 	doc.AddFieldMappingsAt(fieldBody, body)
 	m.DefaultMapping = doc
 	m.IndexDynamic = false

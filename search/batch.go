@@ -114,7 +114,9 @@ func (ix *Index) Apply(ctx context.Context, b *Batch) error {
 	if err := ix.index.Batch(b.batch); err != nil {
 		return fmt.Errorf("apply search batch of %d: %w", n, err)
 	}
-	b.batch.Reset()
+	// A new batch rather than Reset: Bleve's Batch leaves a goroutine that may still be ranging
+	// over the old one's map when it returns (found by the race detector).
+	b.batch = ix.index.NewBatch()
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,25 +124,58 @@ func (ix *Index) Search(ctx context.Context, q Query) (Page, error) {
 	// highlighter needs, it advances one iterator per conversation for every candidate: 100 ms
 	// for 1,000 conversations over 1,000,000 messages); then only those messages again, with
 	// their stored fields and highlights.
-	ids := bleve.NewSearchRequestOptions(query.NewConjunctionQuery([]query.Query{words, inAny(conversations, q.After)}), limit, 0, false)
+	ids := bleve.NewSearchRequestOptions(query.NewConjunctionQuery([]query.Query{words, inAny(conversations)}), limit, 0, false)
 	ids.Score = bleve.ScoreNone // ordered by time, so relevance would be computed for nothing
 	ids.SortBy(newestFirst)
-	ids.SearchAfter = after
-	found, err := ix.index.SearchInContext(ctx, ids)
-	if err != nil {
-		return Page{}, fmt.Errorf("search %d conversations: %w", len(conversations), err)
+	// The messages q.After leaves out are dropped from what the search found, by the seq their
+	// ids carry (rare: conversations deleted for oneself; indexing seqs for a range query would
+	// have doubled the index), and the search goes on after them for at most filterRounds pages.
+	var kept search.DocumentMatchCollection
+	more := false
+	for round := 0; round < filterRounds && len(kept) < limit; round++ {
+		ids.SearchAfter = after
+		found, err := ix.index.SearchInContext(ctx, ids)
+		if err != nil {
+			return Page{}, fmt.Errorf("search %d conversations: %w", len(conversations), err)
+		}
+		for _, h := range found.Hits {
+			after = []string{h.ID}
+			if visible(h.ID, q.After) {
+				if kept = append(kept, h); len(kept) == limit {
+					break
+				}
+			}
+		}
+		more = len(found.Hits) == limit
+		if !more {
+			break
+		}
 	}
-	if len(found.Hits) == 0 {
-		return Page{}, nil
+	var page Page
+	if len(kept) > 0 {
+		if page, err = ix.hits(ctx, kept, words); err != nil {
+			return Page{}, err
+		}
 	}
-	page, err := ix.hits(ctx, found.Hits, words)
-	if err != nil {
-		return Page{}, err
-	}
-	if len(found.Hits) == limit {
-		page.Next = encodeCursor(found.Hits[len(found.Hits)-1].ID)
+	if more {
+		page.Next = encodeCursor(after[0])
 	}
 	return page, nil
+}
+
+// filterRounds bounds the pages one Search reads past the messages q.After leaves out; a page
+// may then hold fewer hits than asked, with a cursor for the next.
+const filterRounds = 4
+
+// visible reports whether the message of document id is not left out by after: its seq is past
+// the one after names for its conversation. The id is time/conversation/seq (docID), the seq
+// always its last 19 digits.
+func visible(id string, after map[string]int64) bool {
+	if len(after) == 0 || len(id) < 35 {
+		return true
+	}
+	seq, err := strconv.ParseInt(id[len(id)-19:], 10, 64)
+	return err != nil || seq > after[id[14:len(id)-20]]
 }
 
 // hits reads the page of found documents with their stored fields and highlights. A message
@@ -187,20 +221,13 @@ func (ix *Index) words(text string) (query.Query, error) {
 	return m, nil
 }
 
-// inAny matches the documents of any of the conversations, in those named in after only the
-// messages with a higher seq.
-func inAny(conversations []string, after map[string]int64) query.Query {
+// inAny matches the documents of any of the conversations.
+func inAny(conversations []string) query.Query {
 	terms := make([]query.Query, len(conversations))
 	for i, c := range conversations {
 		t := query.NewTermQuery(c)
 		t.SetField(fieldConversation)
 		terms[i] = t
-		if seq := after[c]; seq > 0 {
-			from, exclusive := float64(seq), false
-			later := query.NewNumericRangeInclusiveQuery(&from, nil, &exclusive, nil)
-			later.SetField(fieldSeq)
-			terms[i] = query.NewConjunctionQuery([]query.Query{t, later})
-		}
 	}
 	return query.NewDisjunctionQuery(terms)
 }

@@ -11,17 +11,15 @@
 // (which write no spaces) indexed as overlapping character unigrams and bigrams, so a word is
 // found inside a sentence.
 //
-// Past one machine. The index is derived data, rebuilt from the store, so every node can keep its
-// own copy: each node indexes the persisted messages and changes the owners already publish on
-// NATS (a durable JetStream consumer per node, so a node that was down catches up instead of
-// missing them), and answers queries locally. Every node then answers the same way once it has
-// caught up (an edit shows within the feed's lag, well under a second), queries cost no network hop
-// and no extra service runs, but every node pays the indexing of every message and holds the whole
-// index (about 330 bytes per message), which bounds this design to what one machine indexes
-// and stores: tens of millions of messages and thousands of sends per second. Beyond
-// that, production uses a shared engine (MongoDB Atlas Search or Elasticsearch/OpenSearch, sharded
-// by conversation) behind the same few calls: one copy of the index, indexing paid once, a network
-// hop per query and another system to run. See docs/SEARCH-DRAFT.md.
+// Past one machine. The index is derived data, rebuilt from the store, so every node keeps its
+// own copy (package indexing feeds it from what the owners publish on NATS, and from the store for
+// what a node missed) and answers queries locally: every node answers the same way once it has
+// caught up, queries cost no network hop and no extra service runs, but every node pays the
+// indexing of every message and holds the whole index (about 330 bytes per message), which
+// bounds this design to what one machine indexes and stores: tens of millions of messages and
+// thousands of sends per second. Beyond that, production uses a shared engine (MongoDB Atlas
+// Search or Elasticsearch/OpenSearch, sharded by conversation) behind the same few calls. See
+// docs/ARCHITECTURE.md, "Search".
 package search
 
 import (
@@ -42,7 +40,7 @@ const mappingVersionKey = "chatd.search.mapping"
 
 // mappingVersion changes whenever the mapping or the analyzer changes: an index built by another
 // analysis answers wrongly without failing, so Open refuses it and the caller rebuilds it.
-const mappingVersion = "2"
+const mappingVersion = "1"
 
 // ErrIncompatible means the directory holds an index built with another mapping or analyzer; the
 // caller removes the directory and indexes the messages again.

@@ -463,3 +463,31 @@ func TestProgressIsKeptWithItsBatch(t *testing.T) {
 		t.Errorf("progress of a conversation never taken = %+v, %v; want zero", p, err)
 	}
 }
+
+func TestPagingPastManyLeftOutFindsEveryVisibleHit(t *testing.T) {
+	ix := newIndex(t)
+	var msgs []Message
+	for seq := int64(1); seq <= 3; seq++ { // the oldest: in a conversation kept
+		msgs = append(msgs, Message{ConversationID: "kept", Seq: seq, SenderID: "u", CreatedAt: t0.Add(time.Duration(seq) * time.Second), Body: "cedar"})
+	}
+	for seq := int64(1); seq <= 60; seq++ { // newer: all deleted for oneself
+		msgs = append(msgs, Message{ConversationID: "hidden", Seq: seq, SenderID: "u", CreatedAt: t0.Add(time.Hour + time.Duration(seq)*time.Second), Body: "cedar"})
+	}
+	put(t, ix, msgs...)
+	q := Query{Text: "cedar", Conversations: []string{"hidden", "kept"}, After: map[string]int64{"hidden": 60}, Limit: 5}
+	var got []string
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatalf("still paging after %d pages; found %v", pages, got)
+		}
+		p := find(t, ix, q)
+		got = append(got, keys(p.Hits)...)
+		if p.Next == "" {
+			break
+		}
+		q.Cursor = p.Next
+	}
+	if want := []string{"kept/3", "kept/2", "kept/1"}; !slices.Equal(got, want) {
+		t.Errorf("found %v, want %v", got, want)
+	}
+}

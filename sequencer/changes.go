@@ -32,6 +32,10 @@ type Change struct {
 	Count int64  `json:"count,omitempty"`
 	// Members is the conversation's size, for how widely nodes push a reaction.
 	Members int `json:"members"`
+	// Mentions are whom an edit's new text mentions, and Unmentioned whom an edit or a deletion
+	// no longer mentions.
+	Mentions    []string `json:"mentions,omitempty"`
+	Unmentioned []string `json:"unmentioned,omitempty"`
 	// CreatedAt is when the changed message was sent, which with its seq keys it in a node's
 	// search index.
 	CreatedAt time.Time `json:"createdAt,omitzero"`
@@ -48,7 +52,7 @@ func ChangeOf(m storage.Message, req SendRequest, members int) Change {
 		Members: members, CreatedAt: m.CreatedAt}
 	switch req.Op {
 	case message.OpEdit:
-		c.Body, c.EditedAt = m.Body, m.EditedAt
+		c.Body, c.EditedAt, c.Mentions = m.Body, m.EditedAt, m.Mentions
 	case message.OpReact, message.OpUnreact:
 		c.Emoji = req.Emoji
 		for _, r := range m.Reactions {

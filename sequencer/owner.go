@@ -71,6 +71,11 @@ type conversationState struct {
 	kind, name, createdBy string
 	admin                 *storage.GroupAdmin
 	lastSent              map[string]time.Time
+
+	// mentioned is the seqs of the newest messages that mention each member, and
+	// mentionsChanged the members whose seqs changed since the counters were written (mentions.go).
+	mentioned       map[string][]int64
+	mentionsChanged map[string]bool
 }
 
 // entry is one send of a batch on its way to the store, and what became of it.
@@ -113,6 +118,8 @@ type batchMessage struct {
 	changed     bool
 	// textChanged says an edit or a deletion changed what a conversation list shows of it.
 	textChanged bool
+	// readMentions are whom the message mentioned as the batch read it.
+	readMentions []string
 }
 
 func newPartition(s *Sequencer, id int, stillOwner func() bool) *partition {
@@ -427,6 +434,9 @@ func (p *partition) assign(ctx context.Context, e *entry, key string, msgs *batc
 		ReplyTo:        e.req.ReplyTo,
 		Quote:          quote,
 	}
+	if e.req.Kind != protocol.KindSystem {
+		e.msg.Mentions = mentionsIn(c, e.req.Body)
+	}
 }
 
 // message returns message seq of e's conversation as this batch has it, reading it from the
@@ -450,7 +460,7 @@ func (p *partition) message(ctx context.Context, e *entry, msgs *batchMessages, 
 		e.refused, e.reason = protocol.Refuse(protocol.ErrNotFound, "no message %d in this conversation", seq), failRefused
 		return nil
 	}
-	bm := &batchMessage{msg: found[0], prevVersion: found[0].Version}
+	bm := &batchMessage{msg: found[0], prevVersion: found[0].Version, readMentions: found[0].Mentions}
 	msgs.byKey[k] = bm
 	return bm
 }
@@ -481,14 +491,22 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 		return
 	}
 	if changed {
+		mentioned := bm.msg.Mentions
+		if e.req.Op == message.OpEdit {
+			bm.msg.Mentions = mentionsIn(c, bm.msg.Body)
+			mentioned = without(mentioned, bm.msg.Mentions)
+		}
 		c.lastVersion++
 		if !bm.changed {
 			bm.changed = true
 			msgs.changed = append(msgs.changed, bm)
 		}
 		bm.textChanged = bm.textChanged || e.req.Op == message.OpEdit || e.req.Op == message.OpDelete
-		published := ChangeOf(bm.msg, e.req, len(c.members))
-		e.change = &published
+		ch := ChangeOf(bm.msg, e.req, len(c.members))
+		if e.req.Op == message.OpEdit || e.req.Op == message.OpDelete {
+			ch.Unmentioned = mentioned
+		}
+		e.change = &ch
 	}
 	m := message.View(bm.msg, "")
 	e.result = &m
@@ -628,6 +646,7 @@ func (p *partition) fail(entries []*entry, reason string) {
 // acks the same seq, and the changes are not written at all: it reports false.
 func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs *batchMessages) bool {
 	counters := make(map[string]storage.Counters)
+	p.noteMentions(entries, msgs)
 	for _, e := range entries {
 		c, ok := p.convs[e.req.ConversationID]
 		if !ok || e.result == nil {
@@ -650,6 +669,10 @@ func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs 
 		}
 		counters[e.req.ConversationID] = n
 	}
+	for id, n := range counters {
+		n.Mentioned = p.convs[id].changedMentions()
+		counters[id] = n
+	}
 	for _, bm := range msgs.changed {
 		if n, ok := counters[bm.msg.ConversationID]; ok && bm.textChanged {
 			n.Changed = append(n.Changed, previewOf(message.View(bm.msg, "")))
@@ -658,6 +681,7 @@ func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs 
 	}
 	if err := p.seq.store.AdvanceCounters(ctx, counters); err != nil {
 		p.seq.log.Error().Err(err).Int("partition", p.id).Msg("advance lastSeq")
+		p.unwrittenMentions(counters)
 		for _, e := range entries {
 			if e.result != nil {
 				if e.change == nil && e.req.Op == "" {
@@ -798,7 +822,7 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 	if high > conv.LastSeq {
 		p.republish(ctx, id, max(conv.LastSeq+1, high-int64(p.seq.cfg.MaxBatch)+1), high)
 	}
-	c := &conversationState{lastSeq: max(conv.LastSeq, high), lastVersion: conv.LastVersion}
+	c := &conversationState{lastSeq: max(conv.LastSeq, high), lastVersion: conv.LastVersion, mentioned: conv.Mentioned}
 	c.hold(conv)
 	if len(p.convs) >= maxCachedConversations {
 		for evict := range p.convs {

@@ -144,6 +144,8 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 	case protocol.TypeFindUsers:
 		users, err := r.chat.FindUsers(ctx, uid, f.Query)
 		return &protocol.ServerFrame{Type: protocol.TypeProfiles, Users: &users}, err
+	case protocol.TypeSetNotify:
+		return ok, r.chat.SetNotify(ctx, uid, conv, f.Notify)
 	case protocol.TypeSearch:
 		p, err := r.chat.Search(ctx, uid, chat.SearchRequest{Query: f.Query, ConversationID: conv, Cursor: f.Cursor, Limit: f.Limit})
 		return &protocol.ServerFrame{Type: protocol.TypeSearchResults, Hits: &p.Hits, Cursor: p.Next}, err

@@ -311,19 +311,21 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 type badgeResponse struct {
 	UserID string `json:"userId"`
 	Total  int64  `json:"total"`
+	// Mentions counts the unread messages of Total that mention the user.
+	Mentions int64 `json:"mentions"`
 }
 
 // badge returns the caller's total unread, for push services acting for offline users.
 func (s *Server) badge(w http.ResponseWriter, r *http.Request, userID string) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.OpTimeout)
 	defer cancel()
-	total, err := s.chat.Badge(ctx, userID)
+	counts, err := s.chat.Badge(ctx, userID)
 	if err != nil {
 		s.log.Error().Err(err).Msg("badge")
 		writeError(w, http.StatusServiceUnavailable, "could not compute the badge; try again")
 		return
 	}
-	writeJSON(w, http.StatusOK, badgeResponse{UserID: userID, Total: total})
+	writeJSON(w, http.StatusOK, badgeResponse{UserID: userID, Total: counts.Unread, Mentions: counts.Mentions})
 }
 
 type readRequest struct {

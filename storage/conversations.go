@@ -47,6 +47,10 @@ type Conversation struct {
 	CreatedAt time.Time        `bson:"createdAt"`
 	// Admin is how a group is run (roles, settings, moderation; see groups.go); nil on a DM.
 	Admin *GroupAdmin `bson:"admin,omitempty"`
+
+	// Mentioned maps a member to the seqs of the newest messages that mention them (at most
+	// MaxMentionSeqs, oldest first), as the owner keeps them in the counter document.
+	Mentioned map[string][]int64 `bson:"-"`
 }
 
 // counterDoc holds what a conversation's owner advances with every batch, in a document of its
@@ -60,6 +64,8 @@ type counterDoc struct {
 	LastVersion int64            `bson:"lastVersion,omitempty"`
 	LastMessage *MessagePreview  `bson:"lastMessage,omitempty"`
 	Senders     map[string]int64 `bson:"senders,omitempty"`
+
+	Mentioned map[string][]int64 `bson:"mentioned,omitempty"` // see Conversation.Mentioned
 }
 
 // merge raises c's counters to k's, and takes k's preview unless c's is of a newer message.
@@ -74,6 +80,9 @@ func (c *Conversation) merge(k counterDoc) {
 			c.Senders = make(map[string]int64, len(k.Senders))
 		}
 		c.Senders[u] = max(c.Senders[u], seq)
+	}
+	if k.Mentioned != nil {
+		c.Mentioned = k.Mentioned
 	}
 }
 
@@ -237,6 +246,8 @@ type Counters struct {
 	Changed              []MessagePreview
 	// Senders are the members who sent in the batch, each with the seq of their newest message.
 	Senders map[string]int64
+	// Mentioned are the members whose mention seqs the batch changed, each with all of them now.
+	Mentioned map[string][]int64
 }
 
 // AdvanceCounters raises each conversation's lastSeq and lastVersion, and each sender's newest
@@ -265,9 +276,13 @@ func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counter
 		for sender, seq := range c.Senders { // user ids have no '.' or '$': safe as field names
 			raise = append(raise, bson.E{Key: "senders." + sender, Value: seq})
 		}
+		update := bson.D{{Key: "$max", Value: raise}}
+		if len(c.Mentioned) > 0 {
+			update = append(update, bson.E{Key: "$set", Value: mentionedFields(c.Mentioned)})
+		}
 		raises = append(raises, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: id}}).
-			SetUpdate(bson.D{{Key: "$max", Value: raise}}).
+			SetUpdate(update).
 			SetUpsert(true))
 		for _, p := range c.Changed {
 			changes = append(changes, mongo.NewUpdateOneModel().

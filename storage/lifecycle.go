@@ -57,7 +57,7 @@ type DeletedAccount struct {
 // DeleteAccount removes a user: their DMs and the DMs' messages, their membership in groups
 // (whose owners have made the user's messages tombstones first, TombstoneSender), their
 // cursors, the blocks they made and those of them, their presence, their memberships (and each
-// removed DM's in its peer's), and the account itself. Every step is idempotent, so a failed
+// removed DM's in its peer's), their notification settings, and the account itself. Every step is idempotent, so a failed
 // deletion is finished by running it again.
 func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAccount, err error) {
 	defer s.metrics.observe(opDeleteAccount, time.Now(), &err)
@@ -116,6 +116,9 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 		}); err != nil {
 			return out, fmt.Errorf("delete previews of %s in %s: %w", userID, coll.Name(), err)
 		}
+	}
+	if _, err := s.notifySettings().DeleteOne(ctx, byID(userID)); err != nil {
+		return out, fmt.Errorf("delete notification settings of %s: %w", userID, err)
 	}
 	// The account stays as a tombstone, so its tokens never create an empty account again.
 	if err := s.markUserDeleted(ctx, userID); err != nil {

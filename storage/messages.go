@@ -41,6 +41,8 @@ type Message struct {
 	Reactions []Reaction `bson:"reactions,omitempty"`
 	// RemovedBy is the admin who deleted this message of another member (a tombstone).
 	RemovedBy string `bson:"removedBy,omitempty"`
+	// Mentions are the members the body mentions (message.Mentions), found by the owner.
+	Mentions []string `bson:"mentions,omitempty"`
 }
 
 // Quote is the start of a replied-to message, copied into the reply.

@@ -291,7 +291,7 @@ func TestLeaveGroup(t *testing.T) {
 	bob.screenshot("17-after-leave")
 	alice.do("open the conversation menu", chromedp.Click(chromedp.ID("conv-menu-button")))
 	alice.waitFor("the group's menu", `!document.getElementById('conv-menu').hidden && document.activeElement === document.getElementById('menu-group-info')`)
-	if got := eval[string](alice, `[...document.querySelectorAll('#conv-menu [role=menuitem]')].filter(b => !b.hidden).map(b => b.textContent).join(', ')`); got != "Group info, Mute notifications, Delete for me, Leave group" {
+	if got := eval[string](alice, `[...document.querySelectorAll('#conv-menu [role=menuitem]')].filter(b => !b.hidden).map(b => b.textContent).join(', ')`); got != "Group info, Search in this conversation, Delete for me, Leave group" {
 		t.Fatalf("the group's menu offers %s", got)
 	}
 	alice.do("close the menu", pressKey("Escape", 27, ""))

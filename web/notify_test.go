@@ -76,7 +76,7 @@ func TestDesktopNotifications(t *testing.T) {
 	alice.do("close settings", chromedp.Click(chromedp.CSS(`#settings [data-close]`)))
 
 	alice.createGroup("Team", "bob")
-	alice.convMenu("menu-mute")
+	alice.convMenu("menu-notify-nothing")
 	alice.waitFor("Team muted in the list", present(convButton("Team")+" .conv-muted"))
 	alice.openDM("bob")
 	alice.clickConversation("Team")

@@ -25,9 +25,11 @@ import {
   toggleBlockFromMenu
 } from './menus.js';
 import { jumpToLatest, updateCue } from './messages.js';
-import { setNotify, toggleMute } from './notifications.js';
+import { closeMentions, onMentionInput, onMentionKey } from './mentions.js';
+import { setConvNotify, setNotify } from './notifications.js';
 import { flushReadUnloading, markVisibleRead } from './reads.js';
 import { loadAuth, showLogin, signIn, signOutHere, start } from './session.js';
+import { searchEverywhere, searchHere, searchMore, submitSearch } from './search.js';
 import { blockFromSettings, openSettings, saveName, setPresenceShown, setReceipts } from './settings.js';
 import { MENU_SCROLL_CLOSE_PX, PHONE, openConv, openMenu, openWindow, shown, store } from './state.js';
 
@@ -80,7 +82,11 @@ ui.editCancel.addEventListener('click', () => cancelEdit());
 ui.msgMenu.addEventListener('click', reactFromMenu);
 ui.presenceSwitch.addEventListener('change', setPresenceShown);
 ui.notifySwitch.addEventListener('change', setNotify);
-ui.menuMute.addEventListener('click', toggleMute);
+for (const b of ui.menuNotify) b.addEventListener('click', setConvNotify);
+ui.menuSearch.addEventListener('click', searchHere);
+ui.searchForm.addEventListener('submit', submitSearch);
+ui.searchMore.addEventListener('click', searchMore);
+ui.searchScopeClear.addEventListener('click', searchEverywhere);
 ui.replyCancel.addEventListener('click', cancelReply);
 ui.addMembersForm.addEventListener('submit', addMembers);
 ui.receiptsSwitch.addEventListener('change', setReceipts);
@@ -112,7 +118,10 @@ ui.nameForm.addEventListener('submit', saveName);
 ui.groupForm.addEventListener('submit', createGroup);
 ui.composer.addEventListener('submit', submitMessage);
 ui.input.addEventListener('input', onInput);
+ui.input.addEventListener('input', onMentionInput);
+ui.input.addEventListener('blur', () => setTimeout(closeMentions, 0));
 ui.input.addEventListener('keydown', (e) => {
+  if (onMentionKey(e)) return;
   if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); ui.composer.requestSubmit(); }
   if (e.key === 'Escape' && shown.editing) { e.preventDefault(); cancelEdit(); }
 });

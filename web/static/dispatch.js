@@ -44,6 +44,7 @@ export function handleFrame(f) {
     case 'presence': onPresence(f); break;
     case 'profile': onProfile(f); break;
     case 'reports': noteReports(f); break; // a member's report, for this user, an admin
+    case 'notify': onNotify(f); break;
     case 'error': ui.sidebarError.textContent = f.message || f.code; break;
     default: break; // frames added to the protocol later are ignored
   }
@@ -124,6 +125,7 @@ function upsertConv(v) {
       deletedSeqs: new Set(), // seqs this page saw deleted for everyone, for the quotes of replies to them
       firstSeq: 1, // the oldest seq this user can see; later after "delete conversation for me"
       gone: new Set(), // seqs above readSeq known to be tombstones (deleted for everyone): never unread
+      mentionSeqs: new Set(), // seqs above readSeq this page saw mention the user (see noteMention)
     };
     store.convs.set(v.id, c);
   }
@@ -140,6 +142,8 @@ function upsertConv(v) {
   c.lastSeq = Math.max(c.lastSeq, v.lastSeq || 0);
   c.readSeq = Math.max(c.readSeq, v.readSeq || 0);
   c.unread = v.unread || 0; // the server's exact count
+  c.unreadMentions = v.unreadMentions || 0; // also exact
+  c.notify = v.notify || c.notify || 'all'; // a conversation push carries none: keep what is known
   pruneGone(c);
   return c;
 }
@@ -239,7 +243,32 @@ export function applyOwnRead(c, newRead) {
   const upto = Math.min(newRead, c.lastSeq);
   if (upto > oldRead) c.unread = Math.max(0, c.unread - ((upto - oldRead) - goneIn(c, oldRead, upto)));
   c.readSeq = newRead;
+  for (const s of c.mentionSeqs) if (s <= newRead) noteMention(c, s, false);
   pruneGone(c);
+}
+
+// noteMention counts a message above readSeq that mentions the user (or, with on false, no longer
+// does), once per seq: between the server's counts, the page keeps its own (docs/PROTOCOL.md,
+// Mentions).
+function noteMention(c, seq, on) {
+  if (!c || on === c.mentionSeqs.has(seq)) return;
+  if (on) {
+    if (seq <= c.readSeq) return;
+    c.mentionSeqs.add(seq);
+    c.unreadMentions++;
+  } else {
+    c.mentionSeqs.delete(seq);
+    c.unreadMentions = Math.max(0, c.unreadMentions - 1);
+  }
+}
+
+const mentionsMe = (m) => (m.mentions || []).includes(me());
+
+function onNotify(f) {
+  const c = store.convs.get(f.conversationId);
+  if (!c || !f.notify) return;
+  c.notify = f.notify;
+  renderConvList();
 }
 
 function onBadge(f) {
@@ -248,6 +277,8 @@ function onBadge(f) {
   if (f.conversationId && !c) refreshListSoon();
   if (c) {
     if (typeof f.unread === 'number') c.unread = f.unread;
+    if (typeof f.unreadMentions === 'number') c.unreadMentions = f.unreadMentions;
+    for (const s of c.mentionSeqs) if (s <= (f.readSeq || 0)) c.mentionSeqs.delete(s);
     c.readSeq = Math.max(c.readSeq, f.readSeq || 0);
     c.lastSeq = Math.max(c.lastSeq, f.lastSeq || 0);
     pruneGone(c);
@@ -276,6 +307,7 @@ export function onHidden(f) {
 // seq, whether or not it is loaded. One above lastSeq is remembered, and adds nothing when it comes.
 export function onDeleted(f) {
   const c = store.convs.get(f.conversationId);
+  if (c) noteMention(c, f.seq, false);
   if (c && f.seq > 0 && !c.gone.has(f.seq)) {
     if (f.seq > c.readSeq) c.gone.add(f.seq);
     if (f.seq > c.readSeq && f.seq <= c.lastSeq) c.unread = Math.max(0, c.unread - 1);
@@ -333,11 +365,14 @@ function applyChange(convId, seq, version, change, force = false) {
 }
 
 function onEdited(f) {
+  const c = store.convs.get(f.conversationId);
+  if (c && f.seq <= c.lastSeq) { noteMention(c, f.seq, mentionsMe(f)); renderConvList(); }
   changePreview(f.conversationId, f.seq, (p) => { if (p.kind === 'text') Object.assign(p, listPreview({ ...p, body: f.body })); });
   applyChange(f.conversationId, f.seq, f.version, (m) => {
     if (m.kind !== 'text') return;
     m.body = f.body || '';
     m.editedAt = f.editedAt;
+    m.mentions = f.mentions;
   });
 }
 
@@ -449,8 +484,11 @@ export function onMessage(m) {
     if (m.senderId === me()) {
       c.readSeq = Math.max(c.readSeq, m.seq);
       c.unread = 0;
+      c.unreadMentions = 0;
+      c.mentionSeqs.clear();
       pruneGone(c);
     } else {
+      if (mentionsMe(m)) noteMention(c, m.seq, true);
       if (m.kind === 'deleted') c.gone.add(m.seq);
       const from = Math.max(prevLastSeq, c.readSeq); // seqs it moves lastSeq over, less tombstones
       c.unread += Math.max(0, m.seq - from) - goneIn(c, from, m.seq);

@@ -27,7 +27,7 @@ export const ui = {
   nameForm: $('name-form'), nameInput: $('name-input'), nameStatus: $('name-status'),
   dmResults: $('dm-results'), groupPicked: $('group-picked'), groupResults: $('group-results'),
   addPicked: $('add-picked'), addResults: $('add-results'), blockResults: $('block-results'),
-  notifySwitch: $('notify-switch'), notifyStatus: $('notify-status'), menuMute: $('menu-mute'), favicon: $('favicon'),
+  notifySwitch: $('notify-switch'), notifyStatus: $('notify-status'), favicon: $('favicon'),
   replyBar: $('reply-bar'), replySender: $('reply-sender'), replyText: $('reply-text'), replyCancel: $('reply-cancel'),
   confirm: $('confirm'), confirmTitle: $('confirm-title'), confirmText: $('confirm-text'),
   confirmOk: $('confirm-ok'), confirmCancel: $('confirm-cancel'),
@@ -46,6 +46,11 @@ export const ui = {
   reportDialog: $('report-dialog'), reportForm: $('report-form'), reportReason: $('report-reason'), reportCancel: $('report-cancel'),
   reportError: $('report-error'), joinDialog: $('join-dialog'), joinTitle: $('join-title'), joinText: $('join-text'),
   joinOk: $('join-ok'), joinCancel: $('join-cancel'), joinError: $('join-error'),
+  searchForm: $('search-form'), searchInput: $('search-input'), searchScope: $('search-scope'),
+  searchScopeText: $('search-scope-text'), searchScopeClear: $('search-scope-clear'), searchStatus: $('search-status'),
+  searchResults: $('search-results'), searchMore: $('search-more'), menuSearch: $('menu-search'),
+  menuNotify: [$('menu-notify-all'), $('menu-notify-mentions'), $('menu-notify-nothing')],
+  mentionResults: $('mention-results'),
 };
 
 export function h(tag, attrs, ...children) {

@@ -7,7 +7,6 @@ import { h, reconcile, ui } from './dom.js';
 import { PICK_SOMEONE, dmFinder, groupFinder, groupPicks, membersTyped } from './finder.js';
 import { renderGroupInfo } from './groupinfo.js';
 import { convTitle, errorText, nameOf, systemText } from './names.js';
-import { mutedSet } from './notifications.js';
 import { FAVICON_PX, dayLabel, initial, me, shown, store } from './state.js';
 
 // ---- Conversation list -----------------------------------------------------------------------
@@ -119,24 +118,23 @@ export async function createGroup(ev) {
 // renderConvList updates the list in place, so focus stays on the item a keyboard user is on.
 export function renderConvList() {
   renderGroupInfo(); // members change with the list (a join, a leave, a removal)
-  const muted = store.auth ? mutedSet() : new Set();
   const convs = [...store.convs.values()].filter((c) => c.lastSeq >= c.firstSeq || c.lastSeq === 0).sort((a, b) => b.activity - a.activity || (a.id < b.id ? -1 : 1));
   ui.convEmpty.hidden = convs.length > 0;
   renderBackBadge();
   reconcile(ui.convList, convs.map((c) => ({
     key: c.id,
     sig: [convTitle(c), c.unread, c.id === shown.openId, typers(c).length, c.kind, c.members.length,
-      previewText(c), c.last ? c.last.createdAt : '', muted.has(c.id)].join('|'),
+      previewText(c), c.last ? c.last.createdAt : '', c.notify, c.unreadMentions].join('|'),
     build: () => {
       const li = h('li', { class: 'conv-item' }, h('button', {
         type: 'button', class: 'conv', 'data-conv-id': c.id,
         onclick: () => openConversation(c.id, { focus: true }),
         onkeydown: (e) => moveInList(e),
       }));
-      fillConvItem(li, c, muted.has(c.id));
+      fillConvItem(li, c, c.notify === 'nothing');
       return li;
     },
-    update: (li) => fillConvItem(li, c, muted.has(c.id)),
+    update: (li) => fillConvItem(li, c, c.notify === 'nothing'),
   })));
 }
 
@@ -163,7 +161,8 @@ function fillConvItem(li, c, muted) {
   // The name holds the words the entry shows, in their order (WCAG 2.5.3, label in name): the
   // name, the newest message's time, the preview and the unread count; the spaces between the
   // parts keep those words apart in the visible text too. "muted" is said, not shown as a word.
-  button.setAttribute('aria-label', [title, time, sub, muted ? 'muted' : '', c.unread > 0 ? `${badge} unread` : ''].filter(Boolean).join(', '));
+  const mentions = c.unreadMentions > 0 ? `@ ${c.unreadMentions} mentioning you` : '';
+  button.setAttribute('aria-label', [title, time, sub, muted ? 'muted' : '', c.unread > 0 ? `${badge} unread` : '', mentions].filter(Boolean).join(', '));
   if (c.id === shown.openId) button.setAttribute('aria-current', 'true');
   else button.removeAttribute('aria-current');
   button.replaceChildren(
@@ -178,7 +177,8 @@ function fillConvItem(li, c, muted) {
       ' ',
       h('span', { class: 'conv-line' },
         h('span', { class: `conv-sub muted${c.last && !typing ? ' preview' : ''}`, dir: 'auto' }, sub),
-        ...(c.unread > 0 ? [' ', h('span', { class: 'badge', 'aria-hidden': 'true' }, badge)] : []))));
+        ...(c.unread > 0 ? [' ', h('span', { class: 'badge', 'aria-hidden': 'true' }, badge)] : []),
+        ...(c.unreadMentions > 0 ? [' ', h('span', { class: 'badge mention-badge', 'aria-hidden': 'true', title: 'Mentions you' }, '@')] : []))));
 }
 
 // previewText is a list entry's second line: "<sender>: <text>" of the newest message ("You"

@@ -1,5 +1,5 @@
 // Notices and confirmations, and the menus: the message menu (reply, react, edit, delete) with
-// its long-press, and the conversation menu (mute, delete for me, leave, block).
+// its long-press, and the conversation menu (search, notify me for, delete for me, leave, block).
 
 import { request } from './connection.js';
 import { onDeleted, onHidden, removeConv } from './dispatch.js';
@@ -7,7 +7,6 @@ import { announce, ui } from './dom.js';
 import { runsGroup } from './groupadmin.js';
 import { jumpToMessage } from './messages.js';
 import { convTitle, failureText, nameOf } from './names.js';
-import { isMuted } from './notifications.js';
 import { setBlocked } from './settings.js';
 import {
   LONG_PRESS_MS, LONG_PRESS_SLOP_PX, me, openConv, openMenu, openWindow, shown, store
@@ -74,7 +73,7 @@ export function closeMenus({ restoreFocus = false } = {}) {
   if (restoreFocus && trigger && trigger.isConnected) trigger.focus();
 }
 
-const menuItems = (el) => [...el.querySelectorAll('[role="menuitem"]')].filter((b) => !b.hidden);
+const menuItems = (el) => [...el.querySelectorAll('[role^="menuitem"]')].filter((b) => !b.hidden);
 
 export function onMenuKey(e) {
   const items = menuItems(e.currentTarget);
@@ -237,7 +236,7 @@ export function openConvMenu() {
   ui.menuLeave.hidden = c.kind !== 'group';
   ui.menuBlock.hidden = !peer;
   ui.menuBlock.textContent = store.blocks.has(peer) ? `Unblock ${nameOf(peer)}` : `Block ${nameOf(peer)}`;
-  ui.menuMute.textContent = isMuted(c.id) ? 'Unmute notifications' : 'Mute notifications';
+  for (const b of ui.menuNotify) b.setAttribute('aria-checked', String(b.dataset.notify === (c.notify || 'all')));
   showMenu(ui.convMenu, ui.convMenuButton);
 }
 

@@ -211,14 +211,14 @@ function bodyOf(m, convId = m.conversationId) {
   if (m.kind === 'deleted') return h('p', { class: 'body deleted' }, 'This message was deleted.');
   const text = m.body || '';
   const preview = previewOf(text);
-  if (preview === null) return h('p', { class: 'body', dir: 'auto' }, linkify(text));
+  if (preview === null) return h('p', { class: 'body', dir: 'auto' }, withMentions(text, m));
   const key = `${convId}:${m.seq}`;
   // The toggle's listener holds this text: an edit brings a new body and toggle, not a morph.
   const mark = `${text.length}:${hashText(text)}`;
   const body = h('p', { class: 'body', dir: 'auto', id: `body-${m.seq}`, 'data-replace': mark });
   const toggle = h('button', { type: 'button', class: 'show-more link', 'aria-controls': body.id, 'data-replace': mark });
   const show = (expanded) => {
-    body.replaceChildren(linkify(expanded ? text : preview));
+    body.replaceChildren(withMentions(expanded ? text : preview, m));
     toggle.textContent = expanded ? 'Show less' : 'Show more';
     toggle.setAttribute('aria-expanded', String(expanded));
   };
@@ -256,6 +256,26 @@ function linkify(text) {
     last = match.index + raw.length;
   }
   frag.append(text.slice(last));
+  return frag;
+}
+
+// withMentions shows the tokens of the members m mentions (docs/PROTOCOL.md, Mentions) as their
+// current display names, the viewer's own highlighted, and the rest of the text as linkify does;
+// a token of anyone else stays text.
+const MENTION_TOKEN = /@\[([a-z0-9][a-z0-9_-]{0,63})\]/g;
+function withMentions(text, m) {
+  const mentioned = m.mentions || [];
+  if (!mentioned.length) return linkify(text);
+  const frag = document.createDocumentFragment();
+  let last = 0;
+  for (const match of text.matchAll(MENTION_TOKEN)) {
+    if (!mentioned.includes(match[1])) continue;
+    frag.append(linkify(text.slice(last, match.index)), h('span', {
+      class: match[1] === me() ? 'mention mention-me' : 'mention', 'data-user-id': match[1],
+    }, `@${nameOf(match[1])}`));
+    last = match.index + match[0].length;
+  }
+  frag.append(linkify(text.slice(last)));
   return frag;
 }
 

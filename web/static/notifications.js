@@ -1,19 +1,20 @@
-// Desktop notifications and muting.
+// Desktop notifications, and the conversation's "Notify me for" setting (kept by the server).
 
 import { openConversation } from './conversation.js';
+import { request } from './connection.js';
 import { announce, ui } from './dom.js';
-import { renderConvList } from './list.js';
-import { closeMenus } from './menus.js';
-import { convTitle, nameOf } from './names.js';
-import { MUTED_KEY, NOTIFY_BODY_CHARS, NOTIFY_KEY, me, openConv, store } from './state.js';
+import { closeMenus, showNotice } from './menus.js';
+import { convTitle, failureText, nameOf } from './names.js';
+import { NOTIFY_BODY_CHARS, NOTIFY_KEY, me, openConv, store } from './state.js';
 
 // ---- Desktop notifications ------------------------------------------------------------------
 
 // "Notify me" (settings) asks the browser's permission from the switch's own click, the user
 // gesture browsers want. While it is on and the tab is hidden, a message of someone else brings
 // a desktop notification, one per conversation (a newer one replaces it); a click on it focuses
-// the tab with that conversation open. Muted conversations, and one that comes back after
-// "Delete for me", never notify; system messages and deletions neither.
+// the tab with that conversation open. A conversation set to notify for nothing never notifies,
+// one set to mentions only for the messages that mention the user; one that comes back after
+// "Delete for me" neither; system messages and deletions neither.
 export const notifications = new Map(); // conversation id -> the notification it shows
 
 const notifySupported = () => typeof window.Notification === 'function';
@@ -53,25 +54,25 @@ export async function setNotify() {
   ui.notifyStatus.textContent = 'You are notified of new messages while this tab is hidden.';
 }
 
-export function mutedSet() {
-  try { return new Set(JSON.parse(localStorage.getItem(MUTED_KEY + me())) || []); } catch { return new Set(); }
-}
-
-export const isMuted = (id) => mutedSet().has(id);
-
-export function toggleMute() {
+// setConvNotify stores the open conversation's "Notify me for" (a menu item's data-notify) on
+// the server, for every device; the notify frame that follows updates the list here too.
+export async function setConvNotify(e) {
   const c = openConv();
-  closeMenus();
-  if (!c) return;
-  const muted = mutedSet();
-  if (muted.has(c.id)) muted.delete(c.id); else muted.add(c.id);
-  localStorage.setItem(MUTED_KEY + me(), JSON.stringify([...muted]));
-  announce(muted.has(c.id) ? `${convTitle(c)} muted` : `${convTitle(c)} unmuted`);
-  renderConvList();
+  const level = e.currentTarget.dataset.notify;
+  closeMenus({ restoreFocus: true });
+  if (!c || !level) return;
+  try {
+    await request({ type: 'set_notify', conversationId: c.id, notify: level });
+    announce({ all: `Notified of every message in ${convTitle(c)}`, mentions: `Notified only of mentions in ${convTitle(c)}`,
+      nothing: `${convTitle(c)} muted` }[level]);
+  } catch (err) {
+    showNotice(failureText('Could not change the notifications', err));
+  }
 }
 
 export function notifyDesktop(c, m) {
-  if (!c || m.kind !== 'text' || document.visibilityState !== 'hidden' || !notifyOn() || isMuted(c.id)) return;
+  if (!c || m.kind !== 'text' || document.visibilityState !== 'hidden' || !notifyOn() || c.notify === 'nothing') return;
+  if (c.notify === 'mentions' && !(m.mentions || []).includes(me())) return;
   const title = c.kind === 'group' ? `${nameOf(m.senderId)} in ${convTitle(c)}` : nameOf(m.senderId);
   const text = (m.body || '').replace(/\s+/g, ' ').trim();
   let n;

@@ -36,7 +36,6 @@ export const MENU_SCROLL_CLOSE_PX = 40; // the message menu closes once its mess
 export const DELIVERED_DEBOUNCE_MS = 300; // coalesce delivered positions while a replay or a page arrives
 export const PRESENCE_KEY = 'chatd.presence.'; // the presence switch as last set here: no frame tells it
 export const NOTIFY_KEY = 'chatd.notify.'; // "Notify me" as set on this device ('on'); a browser's permission is per device too
-export const MUTED_KEY = 'chatd.muted.'; // conversations muted on this device (JSON list of ids): no desktop notification
 export const NOTIFY_BODY_CHARS = 200; // how much of a message a desktop notification shows
 export const PRESENCE_BATCH = 100; // users per presence request, the protocol's limit
 export const PROFILES_BATCH = 100; // users per profiles request, the protocol's limit
