@@ -73,6 +73,11 @@ const (
 	opSavePushNotice         = op("save_push_notice")
 	opDeletePushNotice       = op("delete_push_notice")
 	opCursorOf               = op("cursor_of")
+	// Webhooks (webhooks.go).
+	opWebhooksOf        = op("webhooks_of")
+	opSetWebhooks       = op("set_webhooks")
+	opWebhookCursorOf   = op("webhook_cursor_of")
+	opSaveWebhookCursor = op("save_webhook_cursor")
 )
 
 var ops = []op{
@@ -85,6 +90,7 @@ var ops = []op{
 	opRebuildMemberships, opRebuildBlockLists, opRebuildPresenceNodes,
 	opSavePushSubscription, opDeletePushSubscription, opPushSubscriptionsOf, opPushSettingsOf, opSetPushSettings,
 	opPushNoticeOf, opSavePushNotice, opDeletePushNotice, opCursorOf,
+	opWebhooksOf, opSetWebhooks, opWebhookCursorOf, opSaveWebhookCursor,
 }
 
 // Metrics are the store instruments: how long each operation takes and how often it fails. An
