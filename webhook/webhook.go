@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -47,6 +48,9 @@ const (
 	// read per active conversation per this long. A new webhook starts within it, and loses
 	// nothing meanwhile: its cursor starts where the conversation was when it was registered.
 	DefaultHooksTTL = 30 * time.Second
+	// maxCached bounds the conversations whose webhook lists are kept; past it those without
+	// webhooks are forgotten (and read again at their next event).
+	maxCached = 100000
 	// failingAfter is the number of failed attempts in a row after which a webhook counts as
 	// failing (chatd_webhooks_failing).
 	failingAfter = 5
@@ -201,6 +205,9 @@ func (d *Dispatcher) queue(conversationID string, ev Event) {
 	defer d.mu.Unlock()
 	if d.stopped {
 		return
+	}
+	if len(d.hooks) >= maxCached {
+		maps.DeleteFunc(d.hooks, func(_ string, c cachedHooks) bool { return len(c.hooks) == 0 && !c.refreshing })
 	}
 	cached, ok := d.hooks[conversationID]
 	if !cached.refreshing && (!ok || time.Since(cached.readAt) > d.cfg.HooksTTL) {
