@@ -272,6 +272,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		Gatherer:       n.metrics,
 		Push:           n.pushAPI(),
 		Webhooks:       n.store,
+		Bots:           n.store,
 	}, authenticator, n.chat, n.store, log)
 	if err != nil {
 		return nil, err

@@ -67,6 +67,8 @@ type Config struct {
 	Push Push
 	// Webhooks, if set, serves the webhook endpoints (webhooks.go).
 	Webhooks Webhooks
+	// Bots, if set, accepts bot tokens and serves their issuing and the HTTP send (bots.go).
+	Bots Bots
 }
 
 // Server serves one node's HTTP and WebSocket traffic.
@@ -81,6 +83,8 @@ type Server struct {
 	// seclog writes refusals, rate-limited per kind; accounts caches account checks briefly.
 	seclog   *securityLog
 	accounts *accountCache
+	// httpSends are the send budgets of POST /api/conversations/{id}/messages.
+	httpSends senderBudgets
 
 	sessions     sync.WaitGroup
 	sessionCtx   context.Context
@@ -127,6 +131,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/read", s.authed(s.read))
 	s.pushRoutes(mux)
 	s.webhookRoutes(mux, nil)
+	s.botRoutes(mux, nil)
 	s.healthRoutes(mux)
 	// The JSON 404, not the page's 404 of "GET /".
 	for _, route := range []string{"GET /metrics", "GET /debug/", "GET /admin/", "POST /admin/"} {
@@ -152,6 +157,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	s.adminRoutes(mux)
 	s.webhookRoutes(nil, mux)
+	s.botRoutes(nil, mux)
 	mux.HandleFunc("/", notFound)
 	return mux
 }

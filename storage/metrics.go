@@ -78,6 +78,9 @@ const (
 	opSetWebhooks       = op("set_webhooks")
 	opWebhookCursorOf   = op("webhook_cursor_of")
 	opSaveWebhookCursor = op("save_webhook_cursor")
+	// Bots (bots.go).
+	opIssueBotToken = op("issue_bot_token")
+	opBotTokenOf    = op("bot_token_of")
 )
 
 var ops = []op{
@@ -90,7 +93,7 @@ var ops = []op{
 	opRebuildMemberships, opRebuildBlockLists, opRebuildPresenceNodes,
 	opSavePushSubscription, opDeletePushSubscription, opPushSubscriptionsOf, opPushSettingsOf, opSetPushSettings,
 	opPushNoticeOf, opSavePushNotice, opDeletePushNotice, opCursorOf,
-	opWebhooksOf, opSetWebhooks, opWebhookCursorOf, opSaveWebhookCursor,
+	opWebhooksOf, opSetWebhooks, opWebhookCursorOf, opSaveWebhookCursor, opIssueBotToken, opBotTokenOf,
 }
 
 // Metrics are the store instruments: how long each operation takes and how often it fails. An
