@@ -14,8 +14,8 @@ import (
 	"github.com/chatd/chatd/testenv"
 )
 
-// botCall makes an HTTP call with a bearer token and returns the status and the body.
-func botCall(t *testing.T, method, url, token string, body string) (int, []byte) {
+// bearerCall makes an HTTP call with a bearer token and returns the status and the body.
+func bearerCall(t *testing.T, method, url, token string, body string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), method, url, bytes.NewReader([]byte(body)))
 	if err != nil {
@@ -34,7 +34,7 @@ func botCall(t *testing.T, method, url, token string, body string) (int, []byte)
 // issueBotToken asks the admin API for a bot token.
 func issueBotToken(t *testing.T, n *testenv.Node, secret, id, name string) string {
 	t.Helper()
-	code, body := botCall(t, http.MethodPost, n.AdminURL()+"/admin/bots/"+id+"/token", secret, `{"name": "`+name+`"}`)
+	code, body := bearerCall(t, http.MethodPost, n.AdminURL()+"/admin/bots/"+id+"/token", secret, `{"name": "`+name+`"}`)
 	var got struct{ UserID, Name, Token string }
 	if err := json.Unmarshal(body, &got); err != nil || code != http.StatusCreated || got.UserID != id || got.Name != name || got.Token == "" {
 		t.Fatalf("issue bot token: %d %s", code, body)
@@ -64,7 +64,7 @@ func TestBotSendsOverHTTPOnceAndOverTheWebSocket(t *testing.T) {
 
 	// One HTTP send, retried with the same clientMsgId: stored once, answered with the same seq.
 	send := func(conv, clientID, body, tok string) (int, protocol.Message) {
-		code, data := botCall(t, http.MethodPost, n.URL()+"/api/conversations/"+conv+"/messages", tok,
+		code, data := bearerCall(t, http.MethodPost, n.URL()+"/api/conversations/"+conv+"/messages", tok,
 			`{"clientMsgId": "`+clientID+`", "body": "`+body+`"}`)
 		var got struct{ Message protocol.Message }
 		_ = json.Unmarshal(data, &got)

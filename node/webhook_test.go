@@ -77,18 +77,12 @@ func TestWebhookGetsEveryEventOnceInOrderSignedDespiteFailures(t *testing.T) {
 	srv := httptest.NewServer(rc)
 	t.Cleanup(srv.Close)
 
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, n.AdminURL()+"/admin/conversations/"+group.ID+"/webhooks",
-		bytes.NewReader([]byte(`{"url": "`+srv.URL+`/hook"}`)))
-	req.Header.Set("Authorization", "Bearer "+string(cfg.AdminSecret))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	code, body := bearerCall(t, http.MethodPost, n.AdminURL()+"/admin/conversations/"+group.ID+"/webhooks",
+		string(cfg.AdminSecret), `{"url": "`+srv.URL+`/hook"}`)
 	var made struct{ ID, URL, Secret string }
-	if err := json.NewDecoder(resp.Body).Decode(&made); err != nil || resp.StatusCode != http.StatusCreated || made.Secret == "" {
-		t.Fatalf("register: status %d, %+v, %v", resp.StatusCode, made, err)
+	if err := json.Unmarshal(body, &made); err != nil || code != http.StatusCreated || made.Secret == "" {
+		t.Fatalf("register: status %d, %s", code, body)
 	}
-	_ = resp.Body.Close()
 	rc.mu.Lock()
 	rc.secret = made.Secret
 	rc.mu.Unlock()
@@ -135,5 +129,48 @@ func TestWebhookGetsEveryEventOnceInOrderSignedDespiteFailures(t *testing.T) {
 	defer rc.mu.Unlock()
 	if len(rc.errs) > 0 || rc.attempts <= count+2 {
 		t.Fatalf("receiver errors %v after %d attempts (some must have failed)", rc.errs, rc.attempts)
+	}
+}
+
+func TestOnlyAGroupsOwnerRegistersItsWebhooksOverTheAPI(t *testing.T) {
+	n := blockNodes(t, 1)[0]
+	ctx := ctxT(t, time.Minute)
+	alice, aliceToken := testenv.ConnectWithToken(t, n.URL(), "alice")
+	_, bobToken := testenv.ConnectWithToken(t, n.URL(), "bob")
+	_, carolToken := testenv.ConnectWithToken(t, n.URL(), "carol")
+	group, err := alice.CreateGroup(ctx, "owned", []string{"bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := func(conv string) string { return n.URL() + "/api/conversations/" + conv + "/webhooks" }
+	for _, c := range []struct {
+		what, url, token, body string
+		want                   int
+	}{
+		{"a member who is not the owner", hooks(group.ID), bobToken, `{"url": "https://hooks.example/x"}`, http.StatusForbidden},
+		{"someone not in the group", hooks(group.ID), carolToken, `{"url": "https://hooks.example/x"}`, http.StatusNotFound},
+		{"a DM", hooks(dm.ID), aliceToken, `{"url": "https://hooks.example/x"}`, http.StatusForbidden},
+		{"an http URL from a user", hooks(group.ID), aliceToken, `{"url": "http://10.0.0.1/x"}`, http.StatusBadRequest},
+		{"the owner", hooks(group.ID), aliceToken, `{"url": "https://hooks.example/x"}`, http.StatusCreated},
+	} {
+		if code, body := bearerCall(t, http.MethodPost, c.url, c.token, c.body); code != c.want {
+			t.Errorf("%s registers: %d %s; want %d", c.what, code, body, c.want)
+		}
+	}
+	code, body := bearerCall(t, http.MethodGet, hooks(group.ID), aliceToken, "")
+	var list struct{ Webhooks []struct{ ID, URL, Secret, CreatedBy string } }
+	if err := json.Unmarshal(body, &list); err != nil || code != http.StatusOK || len(list.Webhooks) != 1 ||
+		list.Webhooks[0].Secret != "" || list.Webhooks[0].CreatedBy != "alice" {
+		t.Fatalf("list: %d %s; want alice's one webhook, without its secret", code, body)
+	}
+	if code, _ := bearerCall(t, http.MethodDelete, hooks(group.ID)+"/"+list.Webhooks[0].ID, aliceToken, ""); code != http.StatusNoContent {
+		t.Fatalf("delete: %d", code)
+	}
+	if _, body := bearerCall(t, http.MethodGet, hooks(group.ID), aliceToken, ""); !bytes.Contains(body, []byte(`"webhooks":[]`)) {
+		t.Fatalf("after delete: %s", body)
 	}
 }
