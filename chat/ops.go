@@ -54,6 +54,11 @@ func (s *messaging) send(ctx context.Context, userID string, req SendRequest) (p
 			return protocol.Message{}, err
 		}
 	}
+	return s.sequence(ctx, userID, req)
+}
+
+// sequence has the conversation's owner store a send whose sender passed the checks here.
+func (s *messaging) sequence(ctx context.Context, userID string, req SendRequest) (protocol.Message, error) {
 	m, err := s.seq.Send(ctx, sequencer.SendRequest{
 		ConversationID: req.ConversationID,
 		SenderID:       userID,

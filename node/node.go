@@ -30,6 +30,7 @@ import (
 	"github.com/chatd/chatd/server"
 	"github.com/chatd/chatd/session"
 	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/webhook"
 )
 
 // Defaults, each with its reason.
@@ -89,6 +90,8 @@ type Config struct {
 	SearchDir string
 	// Push turns on Web Push notifications when it has a VAPID key pair (node/push.go).
 	Push push.Config
+	// Webhooks tunes the delivery of outgoing webhooks.
+	Webhooks webhook.Config
 }
 
 // Validate reports a configuration that cannot work.
@@ -143,6 +146,7 @@ type Node struct {
 	search   *indexing.Feed // nil without a SearchDir
 	srv      *server.Server
 	push     *push.Notifier // nil without Web Push
+	webhooks *webhook.Dispatcher
 	http     *http.Server
 	listener net.Listener
 	served   chan error
@@ -230,7 +234,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if err != nil {
 		return nil, err
 	}
-	if err := n.startPush(&cfg); err != nil {
+	if err := n.startObservers(&cfg); err != nil {
 		return nil, err
 	}
 	n.seq, err = sequencer.New(cfg.Sequencer, n.nc, n.store, log)
@@ -281,6 +285,8 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		Metrics:        server.NewMetrics(n.metrics),
 		Gatherer:       n.metrics,
 		Push:           n.pushAPI(),
+		Webhooks:       n.store,
+		Bots:           n.store,
 	}, authenticator, n.chat, n.store, log)
 	if err != nil {
 		return nil, err
@@ -396,6 +402,9 @@ func (n *Node) stopParts() {
 	}
 	if n.push != nil {
 		n.push.Stop() // after the partitions: nothing hears new messages any more
+	}
+	if n.webhooks != nil {
+		n.webhooks.Stop() // the next owners resume from the cursors
 	}
 	if n.reads != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)

@@ -1,15 +1,18 @@
 package node
 
 import (
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/push"
 	"github.com/chatd/chatd/readstate"
+	"github.com/chatd/chatd/sequencer"
 	"github.com/chatd/chatd/server"
 	"github.com/chatd/chatd/storage"
+	"github.com/chatd/chatd/webhook"
 )
 
-// startPush starts the node's Web Push notifier when a VAPID key pair is configured, and makes it
-// the sequencer's observer (it hears the messages of the partitions this node owns) and the
-// reader of every read cursor move made here (to withdraw what a read covers).
+// startPush starts the node's Web Push notifier when a VAPID key pair is configured: it hears the
+// messages of the partitions this node owns (startObservers), and every read cursor move made
+// here (readsWithPush, to withdraw what a read covers).
 func (n *Node) startPush(cfg *Config) error {
 	cfg.Push.Metrics = push.NewMetrics(n.metrics) // registered either way: dashboards read 0, not nothing
 	if cfg.Push.VAPIDPublicKey == "" {
@@ -22,7 +25,38 @@ func (n *Node) startPush(cfg *Config) error {
 		return err
 	}
 	n.push = notifier
-	cfg.Sequencer.Observer = notifier
+	return nil
+}
+
+// observers are the parts that hear the owner's stored messages and changes: webhooks always,
+// Web Push when it is on.
+type observers []sequencer.Observer
+
+func (o observers) Stored(m protocol.Message) {
+	for _, x := range o {
+		x.Stored(m)
+	}
+}
+
+func (o observers) Changed(c sequencer.Change) {
+	for _, x := range o {
+		x.Changed(c)
+	}
+}
+
+// startObservers starts the webhook dispatcher and Web Push, and makes them the sequencer's
+// observer.
+func (n *Node) startObservers(cfg *Config) error {
+	cfg.Webhooks.Metrics = webhook.NewMetrics(n.metrics)
+	n.webhooks = webhook.New(cfg.Webhooks, n.store, n.log)
+	all := observers{n.webhooks}
+	if err := n.startPush(cfg); err != nil {
+		return err
+	}
+	if n.push != nil {
+		all = append(all, n.push)
+	}
+	cfg.Sequencer.Observer = all
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -42,17 +41,8 @@ func pushNode(t *testing.T) (*testenv.Node, push.Config) {
 // pushAPI calls a Web Push endpoint with the user's token and returns the status.
 func pushAPI(t *testing.T, n *testenv.Node, token, method, path string, body []byte) int {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctxT(t, 10*time.Second), method, n.URL()+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	code, _ := bearerCall(t, method, n.URL()+path, token, string(body))
+	return code
 }
 
 // subscribeDevice signs name in without a socket and subscribes one device of theirs.

@@ -77,7 +77,11 @@ func (s *Server) check(r *http.Request) (string, *refusal) {
 		s.seclog.refused(eventToken, r, "", "no token")
 		return "", errNoToken
 	}
-	id, err := s.auth.Verify(token)
+	id, err := s.verify(r.Context(), token)
+	if errors.Is(err, errBotLookup) {
+		s.log.Error().Err(err).Msg("look up bot token")
+		return "", errAccountStore
+	}
 	if err != nil {
 		s.seclog.refused(eventToken, r, "", err.Error())
 		return "", errNoToken

@@ -65,6 +65,10 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Push, if set, serves the Web Push endpoints under /api/push/ (push.go).
 	Push Push
+	// Webhooks, if set, serves the webhook endpoints (webhooks.go).
+	Webhooks Webhooks
+	// Bots, if set, accepts bot tokens and serves their issuing and the HTTP send (bots.go).
+	Bots Bots
 }
 
 // Server serves one node's HTTP and WebSocket traffic.
@@ -79,6 +83,8 @@ type Server struct {
 	// seclog writes refusals, rate-limited per kind; accounts caches account checks briefly.
 	seclog   *securityLog
 	accounts *accountCache
+	// httpSends are the send budgets of POST /api/conversations/{id}/messages.
+	httpSends senderBudgets
 
 	sessions     sync.WaitGroup
 	sessionCtx   context.Context
@@ -124,6 +130,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("DELETE /api/account", s.authed(s.deleteAccount))
 	mux.HandleFunc("POST /api/read", s.authed(s.read))
 	s.pushRoutes(mux)
+	s.webhookRoutes(mux, nil)
+	s.botRoutes(mux, nil)
 	s.healthRoutes(mux)
 	// The JSON 404, not the page's 404 of "GET /".
 	for _, route := range []string{"GET /metrics", "GET /debug/", "GET /admin/", "POST /admin/"} {
@@ -148,6 +156,8 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	s.adminRoutes(mux)
+	s.webhookRoutes(nil, mux)
+	s.botRoutes(nil, mux)
 	mux.HandleFunc("/", notFound)
 	return mux
 }

@@ -74,6 +74,14 @@ const (
 	opSavePushNotice         = op("save_push_notice")
 	opDeletePushNotice       = op("delete_push_notice")
 	opCursorOf               = op("cursor_of")
+	// Webhooks (webhooks.go).
+	opWebhooksOf        = op("webhooks_of")
+	opSetWebhooks       = op("set_webhooks")
+	opWebhookCursorOf   = op("webhook_cursor_of")
+	opSaveWebhookCursor = op("save_webhook_cursor")
+	// Bots (bots.go).
+	opIssueBotToken = op("issue_bot_token")
+	opBotTokenOf    = op("bot_token_of")
 )
 
 var ops = []op{
@@ -86,6 +94,7 @@ var ops = []op{
 	opRebuildMemberships, opRebuildBlockLists, opRebuildPresenceNodes,
 	opSavePushSubscription, opDeletePushSubscription, opPushSubscriptionsOf, opPushSettingsOf, opSetPushSettings,
 	opPushNoticeOf, opSavePushNotice, opDeletePushNotice, opCursorOf,
+	opWebhooksOf, opSetWebhooks, opWebhookCursorOf, opSaveWebhookCursor, opIssueBotToken, opBotTokenOf,
 }
 
 // Metrics are the store instruments: how long each operation takes and how often it fails. An
