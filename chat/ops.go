@@ -32,6 +32,8 @@ type SendRequest struct {
 	ClientMsgID    string
 	Body           string
 	ReplyTo        int64
+	// Attachments are ids of the sender's pending uploads (see sequencer.Files).
+	Attachments []string
 }
 
 // Send sequences and persists a message of userID and returns it with its seq, once stored. The
@@ -61,6 +63,7 @@ func (s *messaging) send(ctx context.Context, userID string, req SendRequest) (p
 		Kind:           protocol.KindText,
 		Body:           req.Body,
 		ReplyTo:        req.ReplyTo,
+		Attachments:    req.Attachments,
 	})
 	var refusal *protocol.Error
 	switch {

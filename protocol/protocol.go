@@ -102,6 +102,8 @@ type Message struct {
 	EditedAt *time.Time `json:"editedAt,omitempty"`
 	// Reactions are the counts per emoji, in the order each emoji was first used.
 	Reactions []Reaction `json:"reactions,omitempty"`
+	// Attachments are the files sent with the message (attachments.go), in the order sent.
+	Attachments []Attachment `json:"attachments,omitempty"`
 }
 
 // Quote is the start of a replied-to message as it was when the reply was sent; Deleted says the
@@ -110,6 +112,8 @@ type Quote struct {
 	SenderID string `json:"senderId"`
 	Body     string `json:"body,omitempty"`
 	Deleted  bool   `json:"deleted,omitempty"`
+	// Attachment names the replied-to message's first file, for "Photo" or its name.
+	Attachment *AttachmentRef `json:"attachment,omitempty"`
 }
 
 // Reaction is one emoji on a message: how many members used it, whether the viewer is one of
@@ -153,6 +157,8 @@ type MessagePreview struct {
 	Kind      string    `json:"kind"`
 	Body      string    `json:"body,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Attachment names the message's first file, for "Photo" or its name.
+	Attachment *AttachmentRef `json:"attachment,omitempty"`
 }
 
 // Presence is whether a user is online, and when they were last seen if not (absent when not
@@ -215,6 +221,8 @@ type ClientFrame struct {
 	UserIDs []string `json:"userIds,omitempty"`
 	// Query is the start of a name find_users looks for.
 	Query string `json:"query,omitempty"`
+	// Attachments are the ids of the sender's pending uploads a send attaches (attachments.go).
+	Attachments []string `json:"attachments,omitempty"`
 }
 
 // ServerFrame is every frame the server sends; fields not used by a type are omitted. A message
@@ -294,4 +302,6 @@ type ServerFrame struct {
 	CreatedAt *time.Time `json:"createdAt,omitempty"`
 	ReplyTo   int64      `json:"replyTo,omitempty"`
 	Quote     *Quote     `json:"quote,omitempty"`
+	// Attachments of a message push (attachments.go).
+	Attachments []Attachment `json:"attachments,omitempty"`
 }

@@ -50,6 +50,9 @@ type Config struct {
 	// Metrics records the sequencer's instruments, and those of the Leases started with it; nil
 	// records nothing.
 	Metrics *Metrics
+	// Files attaches uploads to sends and removes a deleted message's files (files.go); nil
+	// refuses every send with attachments.
+	Files Files
 }
 
 // DefaultConfig returns the configuration with every default filled in.

@@ -83,6 +83,9 @@ type entry struct {
 	change *Change
 	// erased are the seqs an EraseSender request made tombstones.
 	erased []int64
+	// removedFiles are the files of a message this entry deleted for everyone, removed once the
+	// deletion is stored.
+	removedFiles []storage.Attachment
 }
 
 // batchMessages holds the stored messages a batch reads and changes, each read once: a reply's
@@ -285,6 +288,7 @@ func (p *partition) flush(batch []pending) {
 		p.respond(batch[i].replyTo, r)
 	}
 	p.seal(ctx, fresh)
+	p.removeFiles(ctx, entries)
 }
 
 // seal writes the buckets the batch's new messages filled, after the answers, so that no ack
@@ -401,6 +405,10 @@ func (p *partition) assign(ctx context.Context, e *entry, key string, msgs *batc
 		}
 		quote = message.QuoteOf(replied.msg)
 	}
+	files, ok := p.attach(ctx, e)
+	if !ok {
+		return
+	}
 	c.lastSeq++
 	e.assigned = true
 	e.msg = storage.Message{
@@ -413,6 +421,7 @@ func (p *partition) assign(ctx context.Context, e *entry, key string, msgs *batc
 		ClientMsgID:    e.req.ClientMsgID,
 		ReplyTo:        e.req.ReplyTo,
 		Quote:          quote,
+		Attachments:    files,
 	}
 }
 
@@ -454,6 +463,7 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 	if bm == nil {
 		return
 	}
+	files := bm.msg.Attachments // a deletion drops them from the message
 	changed, err := message.Apply(&bm.msg, e.req.MessageChange(), c.lastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
 	if err != nil {
 		var refusal *protocol.Error
@@ -474,6 +484,9 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 		bm.textChanged = bm.textChanged || e.req.Op == message.OpEdit || e.req.Op == message.OpDelete
 		ch := ChangeOf(bm.msg, e.req, len(c.members))
 		e.change = &ch
+		if e.req.Op == message.OpDelete {
+			e.removedFiles = files
+		}
 	}
 	m := message.View(bm.msg, "")
 	e.result = &m
@@ -805,5 +818,9 @@ func markStored(entries []*entry) {
 
 // previewOf is what a conversation list shows of m.
 func previewOf(m protocol.Message) storage.MessagePreview {
-	return storage.MessagePreview{Seq: m.Seq, SenderID: m.SenderID, Kind: m.Kind, Body: protocol.QuoteText(m.Body), CreatedAt: m.CreatedAt}
+	p := storage.MessagePreview{Seq: m.Seq, SenderID: m.SenderID, Kind: m.Kind, Body: protocol.QuoteText(m.Body), CreatedAt: m.CreatedAt}
+	if len(m.Attachments) > 0 {
+		p.Attachment = &storage.AttachmentRef{Name: m.Attachments[0].Name, Image: m.Attachments[0].Width > 0}
+	}
+	return p
 }

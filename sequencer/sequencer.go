@@ -64,6 +64,8 @@ type SendRequest struct {
 	// EraseSender makes the owner turn every message of that (deleted) account in the
 	// conversation into a tombstone without a sender; nothing else is stored.
 	EraseSender string `json:"eraseSender,omitempty"`
+	// Attachments are the ids of the sender's pending uploads the message carries (files.go).
+	Attachments []string `json:"attachments,omitempty"`
 }
 
 // reply is what an owner answers a SendRequest with: the message as stored (after a change, its

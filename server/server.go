@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/attach"
 	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/protocol"
@@ -63,6 +64,8 @@ type Config struct {
 	Metrics *Metrics
 	// Gatherer, if set, is what the admin listener's /metrics exposes; nil means no /metrics.
 	Gatherer prometheus.Gatherer
+	// Files, if set, serves attachments (files.go); nil answers their endpoints 404.
+	Files *attach.Service
 }
 
 // Server serves one node's HTTP and WebSocket traffic.
@@ -121,6 +124,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/badge", s.authed(s.badge))
 	mux.HandleFunc("DELETE /api/account", s.authed(s.deleteAccount))
 	mux.HandleFunc("POST /api/read", s.authed(s.read))
+	s.fileRoutes(mux)
 	s.healthRoutes(mux)
 	// The JSON 404, not the page's 404 of "GET /".
 	for _, route := range []string{"GET /metrics", "GET /debug/", "GET /admin/", "POST /admin/"} {

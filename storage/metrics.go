@@ -63,6 +63,14 @@ const (
 	opRebuildMemberships   = op("rebuild_memberships")
 	opRebuildBlockLists    = op("rebuild_block_lists")
 	opRebuildPresenceNodes = op("rebuild_presence_nodes")
+	// Attachments' records (uploads.go).
+	opInsertUpload     = op("insert_upload")
+	opUploads          = op("uploads")
+	opAttachUploads    = op("attach_uploads")
+	opDeleteUploads    = op("delete_uploads")
+	opUploadsOfAccount = op("uploads_of_account")
+	opUploadSweep      = op("upload_sweep")
+	opSetUploadSweep   = op("set_upload_sweep")
 )
 
 var ops = []op{
@@ -73,6 +81,7 @@ var ops = []op{
 	opSetLastSeen, opPresenceOf, opForgetNodePresence, opBlock, opUnblock, opBlocksOf, opBlocked,
 	opBlockedWith, opDeleteAccount, opBackfill, opAudit, opSetName, opProfiles, opFindUsers,
 	opRebuildMemberships, opRebuildBlockLists, opRebuildPresenceNodes,
+	opInsertUpload, opUploads, opAttachUploads, opDeleteUploads, opUploadsOfAccount, opUploadSweep, opSetUploadSweep,
 }
 
 // Metrics are the store instruments: how long each operation takes and how often it fails. An
