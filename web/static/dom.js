@@ -37,6 +37,8 @@ export const ui = {
   openSettings: $('open-settings'), settings: $('settings'), receiptsSwitch: $('receipts-switch'),
   receiptsStatus: $('receipts-status'), blockedList: $('blocked-list'), blockedEmpty: $('blocked-empty'),
   blockForm: $('block-form'), blockUser: $('block-user'), settingsError: $('settings-error'),
+  uploadTray: $('upload-tray'), attach: $('attach'), fileInput: $('file-input'), imageViewer: $('image-viewer'),
+  imageFull: $('image-full'), imageTitle: $('image-title'), imageClose: $('image-close'),
 };
 
 export function h(tag, attrs, ...children) {
