@@ -191,8 +191,8 @@ func waitMessageWithFiles(t *testing.T, c *client.Conn, conv string) protocol.Se
 // TestFilesAcrossNodesOnS3: alice uploads a photo with a GPS position on node a into an S3
 // bucket, sends it; bob on node b gets the message with the photo's size and thumbnail, downloads
 // it through a signed link with no headers, and it has no EXIF; carol, not a member, gets no link
-// and 403; a forged link is 403; after alice deletes the message for everyone, the file is 404
-// and its objects are gone from the bucket.
+// and 403; a forged link is 403; a 30 MiB upload is 413 and leaves no object; after alice deletes
+// the message for everyone, the file is 404 and its objects are gone from the bucket.
 func TestFilesAcrossNodesOnS3(t *testing.T) {
 	s := startFileNodes(t, true, nil)
 	ctx := s.ctx
@@ -248,6 +248,20 @@ func TestFilesAcrossNodesOnS3(t *testing.T) {
 		t.Fatalf("a link with another user put in: %d; want 403", resp.StatusCode)
 	}
 
+	// 30 MiB, past the default 25 MiB: refused at once when its length says so, and after 25 MiB
+	// when it streams without one; neither leaves an object in the bucket.
+	before := len(s.objects(t))
+	const tooBig = 30 << 20
+	if _, err := client.UploadFile(ctx, nil, s.aliceURL, s.tokens["alice"], s.group.ID, "big.bin", io.LimitReader(&testenv.PatternReader{}, tooBig), tooBig); !isStatus(err, http.StatusRequestEntityTooLarge) {
+		t.Fatalf("a 30 MiB upload: %v; want 413", err)
+	}
+	if _, err := client.UploadFile(ctx, nil, s.aliceURL, s.tokens["alice"], s.group.ID, "big.bin", io.LimitReader(&testenv.PatternReader{}, tooBig), -1); !isStatus(err, http.StatusRequestEntityTooLarge) {
+		t.Fatalf("a 30 MiB upload without a length: %v; want 413", err)
+	}
+	if after := len(s.objects(t)); after != before {
+		t.Fatalf("the refused 30 MiB uploads left %d objects", after-before)
+	}
+
 	if len(s.objectsOf(t, up.ID)) != 2 {
 		t.Fatalf("objects of the photo: %v; want the file and its thumbnail", s.objectsOf(t, up.ID))
 	}
@@ -269,8 +283,9 @@ func isStatus(err error, status int) bool {
 	return errors.As(err, &he) && he.Status == status
 }
 
-// TestUploadRefusals: a non-member's upload is 403, a file past the size limit is 413 whether
-// its Content-Length says so or it streams without one, an empty name is 400, and past the hourly
+// TestUploadRefusals: a non-member's upload is 403, and so is one into a DM across a block; a
+// file past the size limit is 413 whether its Content-Length says so or it streams without one,
+// bytes that claim to be an image and are none are 422, an empty name is 400, and past the hourly
 // uploads a user gets 429 with Retry-After; none of them leaves an object behind. An HTML file
 // named .png and an SVG with script are stored as what they are and only ever downloaded.
 func TestUploadRefusals(t *testing.T) {
@@ -288,6 +303,18 @@ func TestUploadRefusals(t *testing.T) {
 	}
 	if _, err := s.upload(t, s.aliceURL, "alice", s.group.ID, "", []byte("hi")); !isStatus(err, http.StatusBadRequest) {
 		t.Fatalf("an upload without a name: %v; want 400", err)
+	}
+	notImage := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 100)...)
+	if _, err := s.upload(t, s.aliceURL, "alice", s.group.ID, "broken.png", notImage); !isStatus(err, http.StatusUnprocessableEntity) {
+		t.Fatalf("bytes that start like a PNG and are none: %v; want 422", err)
+	}
+	dm, err := s.alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blockRequest(t, s.bob, protocol.ClientFrame{Type: protocol.TypeBlockUser, UserID: "alice"})
+	if _, err := s.upload(t, s.aliceURL, "alice", dm.ID, "x.txt", []byte("hi")); !isStatus(err, http.StatusForbidden) {
+		t.Fatalf("an upload into a DM across a block: %v; want 403", err)
 	}
 	if keys := s.objects(t); len(keys) != 0 {
 		t.Fatalf("refused uploads left %v", keys)
@@ -310,7 +337,6 @@ func TestUploadRefusals(t *testing.T) {
 		wantFileHeaders(t, up.Name, resp, "attachment")
 	}
 
-	var err error
 	for range 5 {
 		if _, err = s.upload(t, s.aliceURL, "alice", s.group.ID, "n.txt", []byte("n")); err != nil {
 			break
