@@ -19,6 +19,7 @@ import (
 	"github.com/chatd/chatd/client"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/testenv"
+	"github.com/chatd/chatd/testenv/promtest"
 )
 
 // The tests in this file prove attachments end to end: uploads over HTTP on one node, sends
@@ -140,6 +141,21 @@ func get(t *testing.T, ctx context.Context, rawURL string, header http.Header) (
 		t.Fatalf("read %s: %v", rawURL, err)
 	}
 	return resp, body
+}
+
+// statusOf gets a URL with no headers and returns its status, without reading the body.
+func statusOf(t *testing.T, ctx context.Context, rawURL string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("get %s: %v", rawURL, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func bearer(token string) http.Header { return http.Header{"Authorization": {"Bearer " + token}} }
@@ -267,11 +283,35 @@ func TestFilesAcrossNodesOnS3(t *testing.T) {
 	}
 	blockRequest(t, s.alice, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: s.group.ID, Seq: m.Seq})
 	testenv.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		if resp, _ := get(t, ctx, s.bobURL+link.URL, nil); resp.StatusCode != http.StatusNotFound {
-			return fmt.Errorf("the deleted message's photo answers %d, not 404", resp.StatusCode)
+		// The status only: a download that raced with the deletion is cut short, and that is
+		// not what is waited for.
+		if status := statusOf(t, ctx, s.bobURL+link.URL); status != http.StatusNotFound {
+			return fmt.Errorf("the deleted message's photo answers %d, not 404", status)
 		}
 		if keys := s.objectsOf(t, up.ID); len(keys) > 0 {
 			return fmt.Errorf("objects %v still in the bucket", keys)
+		}
+		return nil
+	})
+
+	// Counted on node a, where the uploads were: one stored, one refused while it streamed (the
+	// one whose length was refused before it reached the attachments is not); the deletion on
+	// whichever node owns the group.
+	a := promtest.URL(s.a.AdminURL() + "/metrics")
+	if got := promtest.Read(t, a, "chatd_uploads_total").Value; got != 1 {
+		t.Errorf("chatd_uploads_total = %v, want 1", got)
+	}
+	if got := promtest.Read(t, a, "chatd_upload_refusals_total", "reason", "too_large").Value; got != 1 {
+		t.Errorf("chatd_upload_refusals_total{reason=too_large} = %v, want 1", got)
+	}
+	// Counted once the record is gone too, a moment after the objects.
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		deleted := 0.0
+		for _, n := range []*testenv.Node{s.a, s.b} {
+			deleted += promtest.Read(t, promtest.URL(n.AdminURL()+"/metrics"), "chatd_files_deleted_total", "reason", "message_deleted").Value
+		}
+		if deleted != 1 {
+			return fmt.Errorf("chatd_files_deleted_total{reason=message_deleted} = %v over both nodes, want 1", deleted)
 		}
 		return nil
 	})
