@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -8,16 +9,21 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/chatd/chatd/client"
 	"github.com/chatd/chatd/testenv"
+	"github.com/chatd/chatd/testenv/promtest"
 )
 
 // TestAttachmentsAcrossNodes: alice, on node 1, pastes an image into the message box and sends it
 // alone; bob, on node 2, sees its thumbnail in a box of the right size (reserved before it loads),
-// the list says "Photo", a click opens the full image in a dialog that Escape closes, and his
+// the list says "Photo", a click (or Enter) opens the full image in a dialog that Escape or its
+// button closes, and his
 // reply quotes it as "Photo". An HTML file named .png that alice attaches with the attach button
 // shows bob a card whose link downloads it, never renders it: Content-Disposition attachment and
 // the sandboxing CSP. Carol, not a member, is refused bob's link with her token; once alice
@@ -58,6 +64,10 @@ func TestAttachmentsAcrossNodes(t *testing.T) {
 	bob.screenshot("34-full-image")
 	bob.do("Escape", pressKey("Escape", 27, ""))
 	bob.waitFor("the dialog closed, the focus back on the thumbnail", fmt.Sprintf(`!document.getElementById('image-viewer').open && document.activeElement === document.querySelector(%q)`, msgSel(1)+" .thumb"))
+	bob.do("Enter on the thumbnail", pressKey("Enter", 13, "\r"))
+	bob.waitFor("the viewer open again from the keyboard", `document.getElementById('image-viewer').open`)
+	bob.do("close it with its button", chromedp.Click(chromedp.ID("image-close")))
+	bob.waitFor("the viewer closed", `!document.getElementById('image-viewer').open`)
 
 	// Bob replies to the photo: the quote says "Photo".
 	bob.openMessageMenu(1)
@@ -143,3 +153,42 @@ const pasteImageJS = `(async () => {
   data.items.add(new File([blob], 'image.png', { type: 'image/png' }));
   document.activeElement.dispatchEvent(new ClipboardEvent('paste', { clipboardData: data, bubbles: true, cancelable: true }));
 })()`
+
+// TestUploadProgressAndCancel: on a slow upload link (the browser's network throttled to 200 kB/s
+// for uploads), a file's progress bar moves; Cancel takes it out of the tray, aborts the upload,
+// and the server keeps nothing of it; Send with nothing left sends nothing.
+func TestUploadProgressAndCancel(t *testing.T) {
+	env := testenv.NewEnv(t)
+	n := testenv.StartNode(t, env.NodeConfig())
+	b := newBrowser(t)
+	bob := b.newPage("bob")
+	bob.signIn(n.URL(), "bob")
+	alice := b.newPage("alice")
+	alice.signIn(n.URL(), "alice")
+	alice.openDM("bob")
+	alice.do("throttle uploads", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+			return err
+		}
+		_, err := cdp.Call(ctx, tg, network.EmulateNetworkConditionsByRule, network.EmulateNetworkConditionsByRuleParams{
+			MatchedNetworkConditions: []*network.Conditions{{URLPattern: n.URL() + "/api/conversations/*", UploadThroughput: 200_000, DownloadThroughput: -1}}})
+		return err
+	}))
+	big := filepath.Join(t.TempDir(), "big.bin")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("0123456789abcdef"), 3<<20/16), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	alice.do("attach a 3 MiB file", chromedp.SetUploadFiles(chromedp.ID("file-input"), []string{big}))
+	alice.waitFor("its progress bar moving", `(e => !!e && e.value > 0 && e.value < e.max)(document.querySelector('#upload-tray li[data-state="uploading"] progress'))`)
+	alice.screenshot("34-upload-progress")
+	alice.do("cancel it", chromedp.Click(chromedp.CSS(`#upload-tray .upload-cancel`)))
+	alice.waitFor("the tray empty", `document.getElementById('upload-tray').hidden && !document.querySelector('#upload-tray li')`)
+	promtest.WaitFor(t, promtest.URL(n.AdminURL()+"/metrics"), waitTimeout, 1, "chatd_upload_refusals_total", "reason", "failed")
+	for info, err := range env.Blobs.ListOlder(context.Background(), "files/", time.Now().Add(time.Hour)) {
+		t.Fatalf("the cancelled upload left %v (%v)", info.Key, err)
+	}
+	alice.do("press Enter with nothing to send", chromedp.Focus(chromedp.ID("composer-input")), pressKey("Enter", 13, "\r"))
+	if sends := sentFramesOf(alice, "send"); len(sends) != 0 {
+		t.Fatalf("alice's page sent %d messages with nothing in them", len(sends))
+	}
+}
