@@ -9,7 +9,7 @@ import { settleReply } from './connection.js';
 import { closeConversation, renderTyping, showConversation } from './conversation.js';
 import { deliver } from './dispatch-windows.js';
 import { announce, ui } from './dom.js';
-import { firstAttachment } from './files.js';
+import { attachmentLabel, firstAttachment } from './files.js';
 import { renderGroupInfo } from './groupinfo.js';
 import { refreshListSoon, renderConvList, updateTitle } from './list.js';
 import { dmPeer } from './menus.js';
@@ -478,7 +478,7 @@ export function onMessage(m) {
   }
   if (isNew && m.senderId !== me() && !wasHidden) notifyDesktop(c, m);
   if (isNew && m.senderId !== me()) {
-    announce(m.conversationId === shown.openId ? `${nameOf(m.senderId)}: ${m.body || 'message deleted'}`
+    announce(m.conversationId === shown.openId ? `${nameOf(m.senderId)}: ${m.body || attachmentLabel(firstAttachment(m)) || 'message deleted'}`
       : `New message from ${nameOf(m.senderId)}`);
   }
   renderConvList();

@@ -2,6 +2,7 @@
 
 import { openConversation } from './conversation.js';
 import { announce, ui } from './dom.js';
+import { attachmentLabel, firstAttachment } from './files.js';
 import { renderConvList } from './list.js';
 import { closeMenus } from './menus.js';
 import { convTitle, nameOf } from './names.js';
@@ -73,7 +74,7 @@ export function toggleMute() {
 export function notifyDesktop(c, m) {
   if (!c || m.kind !== 'text' || document.visibilityState !== 'hidden' || !notifyOn() || isMuted(c.id)) return;
   const title = c.kind === 'group' ? `${nameOf(m.senderId)} in ${convTitle(c)}` : nameOf(m.senderId);
-  const text = (m.body || '').replace(/\s+/g, ' ').trim();
+  const text = (m.body || attachmentLabel(firstAttachment(m))).replace(/\s+/g, ' ').trim();
   let n;
   try {
     n = new Notification(title, {
