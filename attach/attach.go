@@ -141,8 +141,10 @@ type Service struct {
 	decodes chan struct{}
 	now     func() time.Time
 
-	stop chan struct{}
-	done sync.WaitGroup
+	// stopped ends the collector, and a sweep under way with it.
+	stopped context.Context
+	stop    context.CancelFunc
+	done    sync.WaitGroup
 }
 
 // New returns a service over the records in store and the objects in blobs. Start its collector
@@ -152,9 +154,10 @@ func New(cfg Config, store Store, blobs blob.Store, log zerolog.Logger) (*Servic
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	stopped, stop := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, store: store, blobs: timedStore{blobs, cfg.Metrics}, log: log.With().Str("component", "attach").Logger(),
 		metrics: cfg.Metrics, limits: newHourlyLimits(cfg.UploadsPerHour, cfg.BytesPerHour),
-		decodes: make(chan struct{}, cfg.MaxConcurrentDecodes), now: time.Now, stop: make(chan struct{})}, nil
+		decodes: make(chan struct{}, cfg.MaxConcurrentDecodes), now: time.Now, stopped: stopped, stop: stop}, nil
 }
 
 // Config returns the service's configuration, defaults filled in.

@@ -18,21 +18,21 @@ func (s *Service) StartCollector() {
 		for {
 			select {
 			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
-				if err := s.sweep(ctx); err != nil {
+				ctx, cancel := context.WithTimeout(s.stopped, sweepTimeout)
+				if err := s.sweep(ctx); err != nil && s.stopped.Err() == nil {
 					s.log.Warn().Err(err).Msg("collect unreferenced uploads; the next sweep goes on from where this one stopped")
 				}
 				cancel()
-			case <-s.stop:
+			case <-s.stopped.Done():
 				return
 			}
 		}
 	})
 }
 
-// Close stops the collector and waits for it.
+// Close stops the collector, ending a sweep under way, and waits for it.
 func (s *Service) Close() {
-	close(s.stop)
+	s.stop()
 	s.done.Wait()
 }
 
