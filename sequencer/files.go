@@ -47,10 +47,11 @@ func (p *partition) attach(ctx context.Context, e *entry) ([]storage.Attachment,
 }
 
 // removeFiles deletes the files of the messages the batch deleted for everyone, after the
-// answers: their tombstones are stored, so nothing shows the files any more.
+// answers: their tombstones are stored, so nothing shows the files any more (also when the answer
+// was lost to a handover: the retry finds the message deleted and would not remove them).
 func (p *partition) removeFiles(ctx context.Context, entries []*entry) {
 	for _, e := range entries {
-		if len(e.removedFiles) > 0 && e.change != nil && e.result != nil {
+		if len(e.removedFiles) > 0 && e.changeStored {
 			p.seq.cfg.Files.Remove(ctx, e.removedFiles)
 		}
 	}

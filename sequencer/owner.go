@@ -84,8 +84,9 @@ type entry struct {
 	// erased are the seqs an EraseSender request made tombstones.
 	erased []int64
 	// removedFiles are the files of a message this entry deleted for everyone, removed once the
-	// deletion is stored.
+	// deletion is stored (changeStored), whatever the answer.
 	removedFiles []storage.Attachment
+	changeStored bool
 }
 
 // batchMessages holds the stored messages a batch reads and changes, each read once: a reply's
@@ -533,6 +534,9 @@ func (p *partition) storeChanges(ctx context.Context, entries []*entry, msgs *ba
 	if err == nil {
 		for _, bm := range msgs.changed {
 			p.changeTail(bm.msg)
+		}
+		for _, e := range entries {
+			e.changeStored = e.change != nil
 		}
 		return
 	}
