@@ -4,22 +4,12 @@ import (
 	"fmt"
 	"io"
 	"testing"
+
+	"github.com/chatd/chatd/testenv"
 )
 
 // uploadSize is the default per-file limit of attachments: the largest stream a Put carries.
 const uploadSize = 25 << 20
-
-// patternReader yields bytes made up as they are read, so that the benchmark's own input costs
-// no memory and the allocations measured are the store's.
-type patternReader struct{ i byte }
-
-func (p *patternReader) Read(b []byte) (int, error) {
-	for i := range b {
-		b[i] = p.i
-		p.i++
-	}
-	return len(b), nil
-}
 
 // BenchmarkPut25MiB stores a 25 MiB stream through each implementation, with its size known (as
 // an upload with a Content-Length) and unknown (chunked): B/op is what the store allocates per
@@ -36,7 +26,7 @@ func BenchmarkPut25MiB(b *testing.B) {
 				b.SetBytes(uploadSize)
 				b.ReportAllocs()
 				for i := 0; b.Loop(); i++ {
-					r := io.LimitReader(&patternReader{}, uploadSize)
+					r := io.LimitReader(&testenv.PatternReader{}, uploadSize)
 					if _, err := s.Put(ctxT(b), fmt.Sprintf("bench/%d", i), r, size, "application/octet-stream"); err != nil {
 						b.Fatal(err)
 					}

@@ -71,6 +71,8 @@ type Config struct {
 	Metrics *Metrics
 	// Hub tunes the hub of the node's live connections that the service keeps (see hub.Config).
 	Hub hub.Config
+	// Files deletes a deleted account's files (files.go); nil: there are none.
+	Files AccountFiles
 }
 
 // DefaultConfig returns the configuration with every default filled in.

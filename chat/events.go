@@ -369,7 +369,8 @@ func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversa
 	}
 	var preview *protocol.MessagePreview
 	if lm := c.LastMessage; lm != nil && lm.Seq > p.hiddenSeq {
-		preview = &protocol.MessagePreview{Seq: lm.Seq, SenderID: lm.SenderID, Kind: lm.Kind, Body: lm.Body, CreatedAt: lm.CreatedAt}
+		preview = &protocol.MessagePreview{Seq: lm.Seq, SenderID: lm.SenderID, Kind: lm.Kind, Body: lm.Body, CreatedAt: lm.CreatedAt,
+			Attachment: message.RefView(lm.Attachment)}
 	}
 	return protocol.Conversation{
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,

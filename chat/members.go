@@ -236,6 +236,15 @@ func (s *membership) DeleteAccount(ctx context.Context, userID string) error {
 			return err
 		}
 	}
+	if s.cfg.Files != nil {
+		dmIDs := make([]string, len(deleted.DMs))
+		for i, dm := range deleted.DMs {
+			dmIDs[i] = dm.ID
+		}
+		if err := s.cfg.Files.DeleteAccountFiles(ctx, userID, dmIDs); err != nil {
+			return fmt.Errorf("delete account %s: %w", userID, err)
+		}
+	}
 	s.publishUser(userID, userEvent{Type: userDeleted})
 	return nil
 }

@@ -32,6 +32,8 @@ type SendRequest struct {
 	ClientMsgID    string
 	Body           string
 	ReplyTo        int64
+	// Attachments are ids of the sender's pending uploads (see sequencer.Files).
+	Attachments []string
 }
 
 // Send sequences and persists a message of userID and returns it with its seq, once stored. The
@@ -66,6 +68,7 @@ func (s *messaging) sequence(ctx context.Context, userID string, req SendRequest
 		Kind:           protocol.KindText,
 		Body:           req.Body,
 		ReplyTo:        req.ReplyTo,
+		Attachments:    req.Attachments,
 	})
 	var refusal *protocol.Error
 	switch {

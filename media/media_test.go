@@ -21,21 +21,6 @@ import (
 
 func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
 
-// picture is a w×h image, red on the left half and blue on the right, so a rotation shows.
-func picture(w, h int) *image.NRGBA {
-	img := image.NewNRGBA(image.Rect(0, 0, w, h))
-	for y := range h {
-		for x := range w {
-			c := color.NRGBA{R: 255, A: 255}
-			if x >= w/2 {
-				c = color.NRGBA{B: 255, A: 255}
-			}
-			img.Set(x, y, c)
-		}
-	}
-	return img
-}
-
 func encodeJPEG(t *testing.T, img image.Image) []byte {
 	t.Helper()
 	var b bytes.Buffer
@@ -52,51 +37,6 @@ func encodePNG(t *testing.T, img image.Image) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
-}
-
-// gpsLatitude is the latitude the test's EXIF carries, 51°30'26.12" N, as three rationals.
-var gpsLatitude = []uint32{51, 1, 30, 1, 2612, 100}
-
-// exifWithGPS is an EXIF block (little-endian TIFF) with IFD0 holding an orientation (6: the
-// camera was turned, show the picture rotated 90° clockwise) and a pointer to a GPS IFD with a
-// latitude and longitude, as a phone writes them.
-func exifWithGPS() []byte {
-	le := binary.LittleEndian
-	var b []byte
-	u16 := func(v uint16) { b = le.AppendUint16(b, v) }
-	u32 := func(v uint32) { b = le.AppendUint32(b, v) }
-	entry := func(tag, typ uint16, count, value uint32) { u16(tag); u16(typ); u32(count); u32(value) }
-	const ifd0, gpsIFD = 8, 8 + 2 + 2*12 + 4
-	const latData = gpsIFD + 2 + 4*12 + 4
-	const lonData = latData + 24
-	b = append(b, "II"...)
-	u16(42)
-	u32(ifd0)
-	u16(2)
-	entry(0x0112, 3, 1, 6)      // Orientation, SHORT: 6
-	entry(0x8825, 4, 1, gpsIFD) // GPSInfo IFD pointer
-	u32(0)
-	u16(4)
-	entry(0x0001, 2, 2, uint32('N')) // GPSLatitudeRef "N"
-	entry(0x0002, 5, 3, latData)     // GPSLatitude
-	entry(0x0003, 2, 2, uint32('W')) // GPSLongitudeRef "W"
-	entry(0x0004, 5, 3, lonData)     // GPSLongitude
-	u32(0)
-	for _, v := range gpsLatitude {
-		u32(v)
-	}
-	for _, v := range []uint32{0, 1, 7, 1, 3956, 100} {
-		u32(v)
-	}
-	return b
-}
-
-// withEXIF inserts exif as an APP1 segment right after a JPEG's start-of-image marker.
-func withEXIF(jpg, exif []byte) []byte {
-	seg := append([]byte{0xFF, 0xE1, 0, 0}, "Exif\x00\x00"...)
-	seg = append(seg, exif...)
-	binary.BigEndian.PutUint16(seg[2:], uint16(len(seg)-2))
-	return append(append(append([]byte{}, jpg[:2]...), seg...), jpg[2:]...)
 }
 
 // jpegMarkers returns the markers of a JPEG's segments up to its image data.
@@ -137,8 +77,8 @@ func encode(t *testing.T, im *media.Image) []byte {
 // TestJPEGLosesItsGPSPosition: a photo with GPS EXIF comes back as a JPEG without any EXIF,
 // turned upright as its EXIF said.
 func TestJPEGLosesItsGPSPosition(t *testing.T) {
-	exif := exifWithGPS()
-	upload := withEXIF(encodeJPEG(t, picture(40, 20)), exif)
+	exif := testenv.EXIFWithGPS()
+	upload := testenv.WithEXIF(encodeJPEG(t, testenv.Picture(40, 20)), exif)
 	if ct, _, _ := media.Detect(bytes.NewReader(upload)); ct != "image/jpeg" {
 		t.Fatalf("detected %s", ct)
 	}
@@ -157,7 +97,7 @@ func TestJPEGLosesItsGPSPosition(t *testing.T) {
 		}
 	}
 	var lat []byte
-	for _, v := range gpsLatitude {
+	for _, v := range testenv.GPSLatitude {
 		lat = binary.LittleEndian.AppendUint32(lat, v)
 	}
 	for _, leak := range [][]byte{[]byte("Exif"), []byte("II*\x00"), lat} {
@@ -198,11 +138,11 @@ func pngChunkTypes(t *testing.T, b []byte) []string {
 // TestPNGLosesItsMetadataAndTrailer: text and EXIF chunks are gone from a PNG's clean copy, and
 // so is anything hidden after its end (a PNG that is also an HTML page).
 func TestPNGLosesItsMetadataAndTrailer(t *testing.T) {
-	src := encodePNG(t, picture(30, 10))
+	src := encodePNG(t, testenv.Picture(30, 10))
 	ihdrEnd := 8 + 25
 	upload := append([]byte{}, src[:ihdrEnd]...)
 	upload = append(upload, pngChunk("tEXt", []byte("Comment\x00taken at home"))...)
-	upload = append(upload, pngChunk("eXIf", exifWithGPS())...)
+	upload = append(upload, pngChunk("eXIf", testenv.EXIFWithGPS())...)
 	upload = append(upload, src[ihdrEnd:]...)
 	upload = append(upload, "<html><script>alert(document.cookie)</script>"...)
 
@@ -238,7 +178,7 @@ func TestHugePNGIsRefusedBeforeDecoding(t *testing.T) {
 	}
 
 	// The limit is the configured one: a 200×200 image is refused under 10,000 pixels.
-	_, err = media.Decode(bytes.NewReader(encodePNG(t, picture(200, 200))), media.Config{MaxPixels: 10_000, ThumbnailSide: 10})
+	_, err = media.Decode(bytes.NewReader(encodePNG(t, testenv.Picture(200, 200))), media.Config{MaxPixels: 10_000, ThumbnailSide: 10})
 	if !errors.Is(err, media.ErrTooManyPixels) {
 		t.Fatalf("decode under a small limit: %v, want ErrTooManyPixels", err)
 	}
@@ -332,9 +272,9 @@ func TestThumbnail(t *testing.T) {
 		wantW, wantH int
 		wantType     string
 	}{
-		{"wide jpeg", encodeJPEG(t, picture(1280, 640)), 320, 160, "image/jpeg"},
-		{"tall png", encodePNG(t, picture(100, 1000)), 32, 320, "image/png"},
-		{"small png stays its size", encodePNG(t, picture(50, 40)), 50, 40, "image/png"},
+		{"wide jpeg", encodeJPEG(t, testenv.Picture(1280, 640)), 320, 160, "image/jpeg"},
+		{"tall png", encodePNG(t, testenv.Picture(100, 1000)), 32, 320, "image/png"},
+		{"small png stays its size", encodePNG(t, testenv.Picture(50, 40)), 50, 40, "image/png"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -151,7 +151,7 @@ func QuoteOf(m storage.Message) *storage.Quote {
 	if m.Kind == protocol.KindDeleted {
 		return &storage.Quote{SenderID: m.SenderID, Deleted: true}
 	}
-	return &storage.Quote{SenderID: m.SenderID, Body: protocol.QuoteText(m.Body)}
+	return &storage.Quote{SenderID: m.SenderID, Body: protocol.QuoteText(m.Body), Attachment: FirstAttachment(m.Attachments)}
 }
 
 // View is the stored message m as viewer sees it on the wire: its reactions counted, and marked
@@ -173,8 +173,9 @@ func View(m storage.Message, viewer string) protocol.Message {
 		Mentions:       m.Mentions,
 	}
 	if q := m.Quote; q != nil {
-		w.Quote = &protocol.Quote{SenderID: q.SenderID, Body: q.Body, Deleted: q.Deleted}
+		w.Quote = &protocol.Quote{SenderID: q.SenderID, Body: q.Body, Deleted: q.Deleted, Attachment: RefView(q.Attachment)}
 	}
+	w.Attachments = AttachmentsView(m.Attachments)
 	for _, r := range m.Reactions {
 		w.Reactions = append(w.Reactions, protocol.Reaction{Emoji: r.Emoji, Count: int64(len(r.Users)),
 			Me: viewer != "" && slices.Contains(r.Users, viewer)})

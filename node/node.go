@@ -7,6 +7,8 @@ package node
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -19,7 +21,9 @@ import (
 	"github.com/rs/zerolog"
 	"go.mongodb.org/mongo-driver/v2/event"
 
+	"github.com/chatd/chatd/attach"
 	"github.com/chatd/chatd/auth"
+	"github.com/chatd/chatd/blob"
 	"github.com/chatd/chatd/bus"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/hub"
@@ -92,6 +96,11 @@ type Config struct {
 	Push push.Config
 	// Webhooks tunes the delivery of outgoing webhooks.
 	Webhooks webhook.Config
+	// Blobs keeps attachments' files (Dir under the data directory, or S3); nil turns
+	// attachments off. The node does not close it. Files tunes them; its LinkSecret is derived
+	// from JWTSecret.
+	Blobs blob.Store
+	Files attach.Config
 }
 
 // Validate reports a configuration that cannot work.
@@ -151,6 +160,8 @@ type Node struct {
 	listener net.Listener
 	served   chan error
 	metrics  *prometheus.Registry
+	// files is the node's attachments; nil without Blobs.
+	files *attach.Service
 
 	// admin is the admin listener's server; nil without an AdminAddr.
 	admin         *http.Server
@@ -237,6 +248,14 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	if err := n.startObservers(&cfg); err != nil {
 		return nil, err
 	}
+	if cfg.Blobs != nil {
+		cfg.Files.LinkSecret, cfg.Files.Metrics = linkSecret(cfg.JWTSecret), attach.NewMetrics(n.metrics)
+		if n.files, err = attach.New(cfg.Files, n.store, cfg.Blobs, log); err != nil {
+			return nil, err
+		}
+		n.files.StartCollector()
+		cfg.Sequencer.Files, cfg.Chat.Files = n.files, n.files
+	}
 	n.seq, err = sequencer.New(cfg.Sequencer, n.nc, n.store, log)
 	if err != nil {
 		return nil, err
@@ -287,6 +306,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 		Push:           n.pushAPI(),
 		Webhooks:       n.store,
 		Bots:           n.store,
+		Files:          n.files,
 	}, authenticator, n.chat, n.store, log)
 	if err != nil {
 		return nil, err
@@ -413,6 +433,9 @@ func (n *Node) stopParts() {
 		}
 		cancel()
 	}
+	if n.files != nil {
+		n.files.Close()
+	}
 	if n.nc != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		if err := n.nc.FlushWithContext(ctx); err != nil {
@@ -428,4 +451,12 @@ func (n *Node) stopParts() {
 			n.log.Warn().Err(err).Msg("close store")
 		}
 	}
+}
+
+// linkSecret derives the key that signs download links from the JWT secret, so the operator
+// configures one secret and a link's signature can never pass as a token's, nor the reverse.
+func linkSecret(jwtSecret []byte) []byte {
+	mac := hmac.New(sha256.New, jwtSecret)
+	mac.Write([]byte("chatd file links v1"))
+	return mac.Sum(nil)
 }

@@ -103,8 +103,13 @@ func (f *ClientFrame) Validate() error {
 		if _, err := uuid.Parse(f.ClientMsgID); err != nil {
 			return Errorf(CodeInvalidField, "clientMsgId must be a uuid")
 		}
-		if err := validBody(f.Body); err != nil {
+		if err := validAttachments(f.Attachments); err != nil {
 			return err
+		}
+		if f.Body != "" || len(f.Attachments) == 0 { // a file alone needs no text
+			if err := validBody(f.Body); err != nil {
+				return err
+			}
 		}
 		return nonNegative("replyTo", f.ReplyTo)
 	case TypeOpenDM, TypeBlockUser, TypeUnblockUser:

@@ -120,6 +120,8 @@ type Message struct {
 	// Mentions are the members the body mentions with @[userId] tokens, as the conversation's
 	// owner found them when it stored (or last edited) the message.
 	Mentions []string `json:"mentions,omitempty"`
+	// Attachments are the files sent with the message (attachments.go), in the order sent.
+	Attachments []Attachment `json:"attachments,omitempty"`
 }
 
 // Quote is the start of a replied-to message as it was when the reply was sent; Deleted says the
@@ -128,6 +130,8 @@ type Quote struct {
 	SenderID string `json:"senderId"`
 	Body     string `json:"body,omitempty"`
 	Deleted  bool   `json:"deleted,omitempty"`
+	// Attachment names the replied-to message's first file, for "Photo" or its name.
+	Attachment *AttachmentRef `json:"attachment,omitempty"`
 }
 
 // Reaction is one emoji on a message: how many members used it, whether the viewer is one of
@@ -178,6 +182,8 @@ type MessagePreview struct {
 	Kind      string    `json:"kind"`
 	Body      string    `json:"body,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Attachment names the message's first file, for "Photo" or its name.
+	Attachment *AttachmentRef `json:"attachment,omitempty"`
 }
 
 // Presence is whether a user is online, and when they were last seen if not (absent when not
@@ -271,6 +277,8 @@ type ClientFrame struct {
 	Reason   string `json:"reason,omitempty"`
 	// Notify is the set_notify setting: NotifyAll, NotifyMentions or NotifyNothing.
 	Notify string `json:"notify,omitempty"`
+	// Attachments are the ids of the sender's pending uploads a send attaches (attachments.go).
+	Attachments []string `json:"attachments,omitempty"`
 }
 
 // ServerFrame is every frame the server sends; fields not used by a type are omitted. A message
@@ -366,4 +374,6 @@ type ServerFrame struct {
 	Invite  *Invite   `json:"invite,omitempty"`
 	Invites *[]Invite `json:"invites,omitempty"`
 	Reports *[]Report `json:"reports,omitempty"`
+	// Attachments of a message push (attachments.go).
+	Attachments []Attachment `json:"attachments,omitempty"`
 }

@@ -52,6 +52,9 @@ type Config struct {
 	Metrics *Metrics
 	// Observer, if set, hears every stored message and change on its owner (Web Push, webhooks).
 	Observer Observer
+	// Files attaches uploads to sends and removes a deleted message's files (files.go); nil
+	// refuses every send with attachments.
+	Files Files
 }
 
 // DefaultConfig returns the configuration with every default filled in.

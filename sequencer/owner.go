@@ -97,6 +97,10 @@ type entry struct {
 	erased []int64
 	// group is what a Group request changed.
 	group *storage.GroupUpdate
+	// removedFiles are the files of a message this entry deleted for everyone, removed once the
+	// deletion is stored (changeStored), whatever the answer.
+	removedFiles []storage.Attachment
+	changeStored bool
 }
 
 // batchMessages holds the stored messages a batch reads and changes, each read once: a reply's
@@ -305,6 +309,7 @@ func (p *partition) flush(batch []pending) {
 		p.respond(batch[i].replyTo, r)
 	}
 	p.seal(ctx, fresh)
+	p.removeFiles(ctx, entries)
 }
 
 // seal writes the buckets the batch's new messages filled, after the answers, so that no ack
@@ -421,6 +426,10 @@ func (p *partition) assign(ctx context.Context, e *entry, key string, msgs *batc
 		}
 		quote = message.QuoteOf(replied.msg)
 	}
+	files, ok := p.attach(ctx, e)
+	if !ok {
+		return
+	}
 	c.lastSeq++
 	e.assigned = true
 	e.msg = storage.Message{
@@ -433,6 +442,7 @@ func (p *partition) assign(ctx context.Context, e *entry, key string, msgs *batc
 		ClientMsgID:    e.req.ClientMsgID,
 		ReplyTo:        e.req.ReplyTo,
 		Quote:          quote,
+		Attachments:    files,
 	}
 	if e.req.Kind != protocol.KindSystem {
 		e.msg.Mentions = mentionsIn(c, e.req.Body)
@@ -477,6 +487,7 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 	if bm == nil {
 		return
 	}
+	files := bm.msg.Attachments // a deletion drops them from the message
 	ch := e.req.MessageChange()
 	ch.Admin = group.IsAdmin(c.groupOf(), e.req.SenderID)
 	changed, err := message.Apply(&bm.msg, ch, c.lastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
@@ -507,6 +518,9 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 			ch.Unmentioned = mentioned
 		}
 		e.change = &ch
+		if e.req.Op == message.OpDelete {
+			e.removedFiles = files
+		}
 	}
 	m := message.View(bm.msg, "")
 	e.result = &m
@@ -553,6 +567,9 @@ func (p *partition) storeChanges(ctx context.Context, entries []*entry, msgs *ba
 	if err == nil {
 		for _, bm := range msgs.changed {
 			p.changeTail(bm.msg)
+		}
+		for _, e := range entries {
+			e.changeStored = e.change != nil
 		}
 		return
 	}
@@ -851,5 +868,9 @@ func markStored(entries []*entry) {
 
 // previewOf is what a conversation list shows of m.
 func previewOf(m protocol.Message) storage.MessagePreview {
-	return storage.MessagePreview{Seq: m.Seq, SenderID: m.SenderID, Kind: m.Kind, Body: protocol.QuoteText(m.Body), CreatedAt: m.CreatedAt}
+	p := storage.MessagePreview{Seq: m.Seq, SenderID: m.SenderID, Kind: m.Kind, Body: protocol.QuoteText(m.Body), CreatedAt: m.CreatedAt}
+	if len(m.Attachments) > 0 {
+		p.Attachment = &storage.AttachmentRef{Name: m.Attachments[0].Name, Image: m.Attachments[0].Width > 0}
+	}
+	return p
 }

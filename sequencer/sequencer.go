@@ -68,6 +68,8 @@ type SendRequest struct {
 	EraseSender string `json:"eraseSender,omitempty"`
 	// Group makes the request an administrative change of a group by SenderID (see groups.go).
 	Group *group.Op `json:"group,omitempty"`
+	// Attachments are the ids of the sender's pending uploads the message carries (files.go).
+	Attachments []string `json:"attachments,omitempty"`
 }
 
 // reply is what an owner answers a SendRequest with: the message as stored (after a change, its

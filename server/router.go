@@ -90,7 +90,8 @@ func (r *router) answer(ctx context.Context, s *session.Session, f protocol.Clie
 	ok := &protocol.ServerFrame{Type: protocol.TypeOK}
 	switch f.Type {
 	case protocol.TypeSend:
-		m, err := r.chat.Send(ctx, uid, chat.SendRequest{ConversationID: conv, ClientMsgID: f.ClientMsgID, Body: f.Body, ReplyTo: f.ReplyTo})
+		m, err := r.chat.Send(ctx, uid, chat.SendRequest{ConversationID: conv, ClientMsgID: f.ClientMsgID, Body: f.Body, ReplyTo: f.ReplyTo,
+			Attachments: f.Attachments})
 		if err != nil {
 			return nil, err
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/attach"
 	"github.com/chatd/chatd/auth"
 	"github.com/chatd/chatd/chat"
 	"github.com/chatd/chatd/protocol"
@@ -69,6 +70,8 @@ type Config struct {
 	Webhooks Webhooks
 	// Bots, if set, accepts bot tokens and serves their issuing and the HTTP send (bots.go).
 	Bots Bots
+	// Files, if set, serves attachments (files.go); nil answers their endpoints 404.
+	Files *attach.Service
 }
 
 // Server serves one node's HTTP and WebSocket traffic.
@@ -132,6 +135,7 @@ func (s *Server) Handler() http.Handler {
 	s.pushRoutes(mux)
 	s.webhookRoutes(mux, nil)
 	s.botRoutes(mux, nil)
+	s.fileRoutes(mux)
 	s.healthRoutes(mux)
 	// The JSON 404, not the page's 404 of "GET /".
 	for _, route := range []string{"GET /metrics", "GET /debug/", "GET /admin/", "POST /admin/"} {

@@ -234,6 +234,8 @@ type MessagePreview struct {
 	Kind      string    `bson:"kind"`
 	Body      string    `bson:"body,omitempty"`
 	CreatedAt time.Time `bson:"createdAt"`
+	// Attachment names the message's first file.
+	Attachment *AttachmentRef `bson:"attachment,omitempty"`
 }
 
 // Counters are what a conversation's owner advances on it with each batch: lastSeq and

@@ -112,7 +112,7 @@ func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAcco
 	for _, coll := range []*mongo.Collection{s.counters, s.conversations} {
 		if _, err := coll.UpdateMany(ctx, bson.D{{Key: "lastMessage.senderId", Value: userID}}, bson.D{
 			{Key: "$set", Value: bson.D{{Key: "lastMessage.kind", Value: protocol.KindDeleted}, {Key: "lastMessage.senderId", Value: ""}}},
-			{Key: "$unset", Value: bson.D{{Key: "lastMessage.body", Value: ""}}},
+			{Key: "$unset", Value: bson.D{{Key: "lastMessage.body", Value: ""}, {Key: "lastMessage.attachment", Value: ""}}},
 		}); err != nil {
 			return out, fmt.Errorf("delete previews of %s in %s: %w", userID, coll.Name(), err)
 		}

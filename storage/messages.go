@@ -43,6 +43,9 @@ type Message struct {
 	RemovedBy string `bson:"removedBy,omitempty"`
 	// Mentions are the members the body mentions (message.Mentions), found by the owner.
 	Mentions []string `bson:"mentions,omitempty"`
+	// Attachments are the message's files (uploads.go), stored with it by the owner, in the
+	// same write as its seq.
+	Attachments []Attachment `bson:"attachments,omitempty"`
 }
 
 // Quote is the start of a replied-to message, copied into the reply.
@@ -50,6 +53,8 @@ type Quote struct {
 	SenderID string `bson:"senderId"`
 	Body     string `bson:"body,omitempty"`
 	Deleted  bool   `bson:"deleted,omitempty"`
+	// Attachment names the replied-to message's first file.
+	Attachment *AttachmentRef `bson:"attachment,omitempty"`
 }
 
 // Reaction is one emoji on a message and the members who used it, in the order they did.

@@ -82,6 +82,14 @@ const (
 	// Bots (bots.go).
 	opIssueBotToken = op("issue_bot_token")
 	opBotTokenOf    = op("bot_token_of")
+	// Attachments' records (uploads.go).
+	opInsertUpload     = op("insert_upload")
+	opUploads          = op("uploads")
+	opAttachUploads    = op("attach_uploads")
+	opDeleteUploads    = op("delete_uploads")
+	opUploadsOfAccount = op("uploads_of_account")
+	opUploadSweep      = op("upload_sweep")
+	opSetUploadSweep   = op("set_upload_sweep")
 )
 
 var ops = []op{
@@ -95,6 +103,7 @@ var ops = []op{
 	opSavePushSubscription, opDeletePushSubscription, opPushSubscriptionsOf, opPushSettingsOf, opSetPushSettings,
 	opPushNoticeOf, opSavePushNotice, opDeletePushNotice, opCursorOf,
 	opWebhooksOf, opSetWebhooks, opWebhookCursorOf, opSaveWebhookCursor, opIssueBotToken, opBotTokenOf,
+	opInsertUpload, opUploads, opAttachUploads, opDeleteUploads, opUploadsOfAccount, opUploadSweep, opSetUploadSweep,
 }
 
 // Metrics are the store instruments: how long each operation takes and how often it fails. An

@@ -107,7 +107,9 @@ type Store struct {
 	memberships   *userIndex
 	blockLists    *userIndex
 	presenceNodes *userIndex
-	metrics       *Metrics
+	// uploads and uploadSweeps keep attachments' records (uploads.go).
+	uploads, uploadSweeps *mongo.Collection
+	metrics               *Metrics
 }
 
 // Open connects, checks the connection and makes sure the indexes exist.
@@ -147,6 +149,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		memberships:    newUserIndex(db, membershipsCollection, "conversations"),
 		blockLists:     newUserIndex(db, blockListsCollection, "blocked"),
 		presenceNodes:  newUserIndex(db, presenceNodesCollection, "nodes"),
+		uploads:        db.Collection(uploadsCollection),
+		uploadSweeps:   db.Collection(uploadSweepsCollection),
 		metrics:        cfg.Metrics,
 	}
 	if cfg.SkipIndexes {
@@ -211,7 +215,7 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 			return fmt.Errorf("create index %s on %s: %w", ix.name, ix.coll.Name(), err)
 		}
 	}
-	return nil
+	return s.uploadIndexes(ctx)
 }
 
 // findByID decodes the document with _id id, or returns ErrNotFound.

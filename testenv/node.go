@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/chatd/chatd/blob"
 	"github.com/chatd/chatd/client"
 	"github.com/chatd/chatd/node"
 )
@@ -16,18 +17,24 @@ import (
 // TestSecret signs tokens in tests.
 var TestSecret = []byte("test-secret-test-secret-test-secret!")
 
-// Env is the NATS and store a test's nodes share.
+// Env is the NATS, store and blob store (of attachments) a test's nodes share.
 type Env struct {
 	NATSURL  string
 	MongoURI string
 	Database string
+	// Blobs is a directory of the test's: every node of the env keeps its files there.
+	Blobs blob.Store
 }
 
 // NewEnv starts a NATS server and a store for the test.
 func NewEnv(t testing.TB) Env {
 	t.Helper()
 	cfg := StoreConfig(t)
-	return Env{NATSURL: NATS(t), MongoURI: cfg.URI, Database: cfg.Database}
+	blobs, err := blob.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatalf("open the blob directory: %v", err)
+	}
+	return Env{NATSURL: NATS(t), MongoURI: cfg.URI, Database: cfg.Database, Blobs: blobs}
 }
 
 // NodeConfig is a dev-mode node configuration on env, listening on random loopback ports, with
@@ -42,6 +49,7 @@ func (e Env) NodeConfig() node.Config {
 		NATSURL:   e.NATSURL,
 		JWTSecret: TestSecret,
 		DevMode:   true,
+		Blobs:     e.Blobs,
 	}
 	cfg.Session.SendRate = -1
 	cfg.Session.FrameRate = -1

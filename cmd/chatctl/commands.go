@@ -185,24 +185,30 @@ func runSend(ctx context.Context, c *cli, args []string) error {
 	fs := c.flagSet("send")
 	retries := fs.Int("retries", defaultRetries, "repeat a retryable failure this many times, with the same clientMsgId")
 	replyTo := fs.Int64("reply", 0, "the seq of the message this one answers")
+	var files fileFlags
+	fs.Var(&files, "file", "attach a file (repeat for more); with files the text may be empty")
 	pos, err := c.parse(fs, args, 1, -1)
 	if err != nil {
 		return err
 	}
 	convID := pos[0]
 	body := strings.Join(pos[1:], " ")
-	if len(pos) == 1 {
+	if len(pos) == 1 && len(files) == 0 {
 		data, err := io.ReadAll(io.LimitReader(c.stdin, protocol.MaxBodyBytes+1))
 		if err != nil {
 			return fmt.Errorf("read the message from stdin: %w", err)
 		}
 		body = strings.TrimRight(string(data), "\n")
 	}
-	if body == "" {
+	if body == "" && len(files) == 0 {
 		return usagef("the message is empty")
 	}
+	uploads, err := c.uploadFiles(ctx, convID, files)
+	if err != nil {
+		return err
+	}
 	ack, err := c.sendWithRetries(ctx, protocol.ClientFrame{Type: protocol.TypeSend, ConversationID: convID,
-		ClientMsgID: uuid.NewString(), Body: body, ReplyTo: *replyTo}, *retries)
+		ClientMsgID: uuid.NewString(), Body: body, ReplyTo: *replyTo, Attachments: uploads}, *retries)
 	if err != nil {
 		return err
 	}
@@ -498,6 +504,7 @@ func (c *cli) printMessage(m protocol.Message) {
 		}
 		fmt.Fprintf(c.stdout, "  > #%d %s: %s\n", m.ReplyTo, c.names.show(q.SenderID), text)
 	}
+	c.printAttachments(m.Attachments)
 }
 
 // printChange prints a change pushed while tailing: a JSON line of the frame, or one line saying
@@ -539,7 +546,7 @@ func (c *cli) printJSON(v any) error {
 // messageOf is a pushed message frame as a Message.
 func messageOf(f protocol.ServerFrame) protocol.Message {
 	m := protocol.Message{ConversationID: f.ConversationID, Seq: f.Seq, SenderID: f.SenderID, Kind: f.Kind,
-		Body: f.Body, ClientMsgID: f.ClientMsgID, ReplyTo: f.ReplyTo, Quote: f.Quote}
+		Body: f.Body, ClientMsgID: f.ClientMsgID, ReplyTo: f.ReplyTo, Quote: f.Quote, Attachments: f.Attachments}
 	if f.CreatedAt != nil {
 		m.CreatedAt = *f.CreatedAt
 	}

@@ -56,6 +56,7 @@ type options struct {
 	sendRate                                                                                   float64
 	readWindow, leaseTTL, jwtMaxLifetime                                                       time.Duration
 	push                                                                                       pushOptions
+	files                                                                                      fileOptions
 }
 
 func parseOptions(args []string) (options, error) {
@@ -118,6 +119,9 @@ func parseOptions(args []string) (options, error) {
 	}
 	fs.BoolVar(&o.devMode, "dev-mode", dev, "issue tokens for display names even with a secret set, e.g. for a local cluster (CHAT_DEV_MODE)")
 	if err := o.push.register(fs); err != nil {
+		return o, err
+	}
+	if err := o.files.register(fs); err != nil {
 		return o, err
 	}
 	if err := fs.Parse(args); err != nil {
@@ -207,6 +211,13 @@ func run(args []string, log zerolog.Logger) error {
 	}
 
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	blobs, closeBlobs, err := o.files.openBlobs(startCtx, o.dataDir, log)
+	if err != nil {
+		cancel()
+		return err
+	}
+	defer closeBlobs()
+	cfg.Blobs, cfg.Files = blobs, o.files.cfg
 	n, err := node.Start(startCtx, cfg, log)
 	cancel()
 	if err != nil {

@@ -12,6 +12,7 @@ import { conn, connect } from './connection.js';
 import { closeConversation, maybeLoadMore, nearBottom } from './conversation.js';
 import { setAuth } from './dispatch.js';
 import { ui } from './dom.js';
+import { addFiles, closeImage, dropFiles, openImage, pasteFiles } from './files.js';
 import { wireFinders } from './finder.js';
 import {
   checkJoinLink, confirmJoin, createInvite, jumpToPin, openReport, saveGroupSettings, submitReport, togglePin
@@ -105,6 +106,13 @@ for (const d of [ui.groupInfo, ui.settings, ui.jumpPicker]) {
   });
 }
 ui.list.addEventListener('click', onListClick);
+// Attachments (files.js): the attach button, a paste, a drop; a thumbnail opens the image viewer.
+ui.list.addEventListener('click', openImage);
+ui.attach.addEventListener('click', () => ui.fileInput.click());
+ui.fileInput.addEventListener('change', () => { addFiles(ui.fileInput.files); ui.fileInput.value = ''; });
+ui.input.addEventListener('paste', pasteFiles);
+for (const type of ['dragover', 'drop']) ui.convBody.addEventListener(type, dropFiles);
+ui.imageClose.addEventListener('click', closeImage);
 ui.list.addEventListener('pointerdown', onListPointerDown);
 ui.list.addEventListener('pointermove', onListPointerMove, { passive: true });
 ui.list.addEventListener('pointerup', cancelPress);

@@ -6,6 +6,7 @@ import { replaceWindow } from './conversation.js';
 import { editSaved, onMessage } from './dispatch.js';
 import { announce, ui } from './dom.js';
 import { noteSent, sendGate } from './groupadmin.js';
+import { clearTray, noticeUploadsBusy, readyFiles } from './files.js';
 import { closeMenus, msgMenuFor, showNotice } from './menus.js';
 import { quoteOf, renderMessages } from './messages.js';
 import { failureText } from './names.js';
@@ -35,7 +36,7 @@ export function restorePending() {
 
 function savePending() {
   if (!store.auth) return;
-  const list = [...pending.values()].map(({ clientMsgId, convId, body, createdAt, replyTo }) => ({ clientMsgId, convId, body, createdAt, replyTo }));
+  const list = [...pending.values()].map(({ clientMsgId, convId, body, createdAt, replyTo, attachments }) => ({ clientMsgId, convId, body, createdAt, replyTo, attachments }));
   if (list.length) localStorage.setItem(PENDING_KEY + me(), JSON.stringify(list));
   else localStorage.removeItem(PENDING_KEY + me());
 }
@@ -45,11 +46,14 @@ export function submitMessage(ev) {
   if (shown.editing && shown.editing.convId === shown.openId) { saveEdit(); return; }
   const c = openConv();
   const body = ui.input.value;
-  if (!c || !body.trim() || !checkDraft() || sendGate(c)) return; // too long, or the group's settings: the text stays
+  const files = c ? readyFiles(c.id) : { busy: false, files: [] };
+  if (files.busy) { noticeUploadsBusy(); return; }
+  if (!c || (!body.trim() && !files.files.length) || !checkDraft() || sendGate(c)) return; // too long, or the group's settings: the text stays
   ui.input.value = '';
   autosize();
   checkDraft();
   const p = { clientMsgId: uuid(), convId: c.id, body, createdAt: new Date().toISOString(), state: 'sending' };
+  if (files.files.length) { p.attachments = files.files; clearTray(c.id); }
   const replyTo = shown.replyTo.get(c.id);
   if (replyTo) p.replyTo = replyTo; // the pending message keeps it: a failed send is retried as the same reply
   shown.replyTo.delete(c.id);
@@ -130,6 +134,7 @@ export async function attemptSend(p) {
   try {
     const frame = { type: 'send', conversationId: p.convId, clientMsgId: p.clientMsgId, body: p.body };
     if (p.replyTo) frame.replyTo = p.replyTo;
+    if (p.attachments) frame.attachments = p.attachments.map((a) => a.id);
     const ack = await request(frame, SEND_TIMEOUT_MS);
     confirmSend(p.clientMsgId, ackedMessage(ack, p));
     noteSent(p.convId); // slow mode counts from here
@@ -154,6 +159,7 @@ export function ackedMessage(ack, p = pending.get(ack.clientMsgId)) {
   return {
     conversationId: ack.conversationId || p.convId, seq: ack.seq, senderId: me(), kind: 'text',
     body: p.body, createdAt: ack.createdAt || p.createdAt, clientMsgId: p.clientMsgId, replyTo: p.replyTo,
+    attachments: p.attachments,
   };
 }
 

@@ -9,6 +9,7 @@ import { settleReply } from './connection.js';
 import { closeConversation, renderTyping, showConversation } from './conversation.js';
 import { deliver } from './dispatch-windows.js';
 import { announce, ui } from './dom.js';
+import { attachmentLabel, firstAttachment } from './files.js';
 import { noteReports, renderGroupState } from './groupadmin.js';
 import { renderGroupInfo } from './groupinfo.js';
 import { refreshListSoon, renderConvList, updateTitle } from './list.js';
@@ -186,7 +187,8 @@ export function removeConv(id) {
 function listPreview(m) {
   const text = m.kind === 'deleted' ? '' : (m.body || '').replace(/\s+/g, ' ').trim();
   return { seq: m.seq, senderId: m.senderId || '', kind: m.kind || 'text', createdAt: m.createdAt,
-    body: text.length > LIST_PREVIEW_CHARS ? `${text.slice(0, LIST_PREVIEW_CHARS)}…` : text };
+    body: text.length > LIST_PREVIEW_CHARS ? `${text.slice(0, LIST_PREVIEW_CHARS)}…` : text,
+    attachment: m.kind === 'deleted' ? null : m.attachment || firstAttachment(m) };
 }
 
 // notePreview keeps m as c's newest message when it is (a message push, a replay, a page).
@@ -315,13 +317,14 @@ export function onDeleted(f) {
     renderConvList();
   }
   if (c) c.deletedSeqs.add(f.seq); // replies quoting it show the quote as deleted
-  changePreview(f.conversationId, f.seq, (p) => { p.kind = 'deleted'; p.body = ''; });
+  changePreview(f.conversationId, f.seq, (p) => { p.kind = 'deleted'; p.body = ''; p.attachment = null; });
   applyChange(f.conversationId, f.seq, f.version, (m) => {
     m.kind = 'deleted';
     m.body = '';
     delete m.reactions;
     delete m.editedAt;
     delete m.quote;
+    delete m.attachments;
   }, true);
   // Replies to it that are on screen show their quote as deleted, also when it is not loaded.
   if (f.conversationId === shown.openId) renderMessages();
@@ -517,7 +520,7 @@ export function onMessage(m) {
   }
   if (isNew && m.senderId !== me() && !wasHidden) notifyDesktop(c, m);
   if (isNew && m.senderId !== me()) {
-    announce(m.conversationId === shown.openId ? `${nameOf(m.senderId)}: ${m.body || 'message deleted'}`
+    announce(m.conversationId === shown.openId ? `${nameOf(m.senderId)}: ${m.body || attachmentLabel(firstAttachment(m)) || 'message deleted'}`
       : `New message from ${nameOf(m.senderId)}`);
   }
   renderConvList();

@@ -51,6 +51,8 @@ export const ui = {
   searchResults: $('search-results'), searchMore: $('search-more'), menuSearch: $('menu-search'),
   menuNotify: [$('menu-notify-all'), $('menu-notify-mentions'), $('menu-notify-nothing')],
   mentionResults: $('mention-results'),
+  uploadTray: $('upload-tray'), attach: $('attach'), fileInput: $('file-input'), imageViewer: $('image-viewer'),
+  imageFull: $('image-full'), imageTitle: $('image-title'), imageClose: $('image-close'),
 };
 
 export function h(tag, attrs, ...children) {

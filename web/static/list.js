@@ -4,6 +4,7 @@ import { request } from './connection.js';
 import { openConversation, showConversation } from './conversation.js';
 import { applyConversationList, onConversation } from './dispatch.js';
 import { h, reconcile, ui } from './dom.js';
+import { attachmentLabel } from './files.js';
 import { PICK_SOMEONE, dmFinder, groupFinder, groupPicks, membersTyped } from './finder.js';
 import { renderGroupInfo } from './groupinfo.js';
 import { convTitle, errorText, nameOf, systemText } from './names.js';
@@ -188,7 +189,7 @@ function previewText(c) {
   if (!m) return '';
   if (m.kind === 'deleted') return 'This message was deleted';
   if (m.kind === 'system') return systemText(c, m);
-  return `${m.senderId === me() ? 'You' : nameOf(m.senderId)}: ${m.body}`;
+  return `${m.senderId === me() ? 'You' : nameOf(m.senderId)}: ${m.body || attachmentLabel(m.attachment)}`;
 }
 
 // listTime says when the newest message came: the time today, "Yesterday", the weekday within

@@ -4,6 +4,7 @@
 import { attemptSend, discardPending, pending, renderReplyBar } from './composer.js';
 import { jumpTo, maybeLoadMore, nearBottom, replaceWindow } from './conversation.js';
 import { flash, h, morph, reconcile, ui } from './dom.js';
+import { attachmentLabel, filesOf, firstAttachment, renderTray } from './files.js';
 import { nameOf, systemText } from './names.js';
 import { markVisibleRead, observeMessages, seenSeq } from './reads.js';
 import {
@@ -44,7 +45,7 @@ export function renderMessages(scroll = {}) {
     const status = mine ? sentStatus(c, m, s === lastMine) : null;
     const quote = m.replyTo && m.kind === 'text' ? quoteOf(w, m.replyTo, m.quote) : null;
     items.push({
-      key: `s${s}`, sig: [m.kind, m.body, m.editedAt, reactionsSig(m), status && status.sig, status && status.title, quote && quote.sig,
+      key: `s${s}`, sig: [m.kind, m.body, m.editedAt, reactionsSig(m), (m.attachments || []).length, status && status.sig, status && status.title, quote && quote.sig,
         m.kind === 'system' ? systemText(c, m) : nameOf(m.senderId)].join('|'),
       build: () => messageItem(c, m, status, quote),
       update: (e) => morph(e, messageItem(c, m, status, quote)),
@@ -92,6 +93,7 @@ export function renderMessages(scroll = {}) {
   observeMessages();
   updateCue();
   renderReplyBar(); // the answered message may have been loaded or deleted meanwhile
+  renderTray(); // the open conversation's uploads
   // After layout, look at what the user sees: mark it read, and fetch more if an edge that has
   // more is in view (a short page, or a gap found after a reconnect scrolls nothing).
   setTimeout(() => { maybeLoadMore(); markVisibleRead(); }, 0);
@@ -339,6 +341,7 @@ function messageItem(c, m, status, quote) {
     h('span', { class: mine || c.kind === 'dm' ? 'sr-only' : 'sender' }, mine ? 'You' : nameOf(m.senderId)),
     quote ? quoteItem(quote) : null,
     bodyOf(m, c.id),
+    filesOf(m),
     m.kind === 'text' ? reactionChips(m) : null,
     h('span', { class: 'meta' },
       m.editedAt && m.kind === 'text' ? h('span', { class: 'edited', title: `Edited ${formatTime(m.editedAt)}` }, 'edited') : null,
@@ -370,6 +373,7 @@ function pendingItem(c, p, quote) {
       h('span', { class: 'sr-only' }, 'You'),
       quote ? quoteItem(quote) : null,
       h('p', { class: 'body', dir: 'auto' }, previewOf(p.body) ?? p.body),
+      p.attachments ? filesOf(p) : null,
       h('span', { class: 'meta' }, failed
         ? h('span', { class: 'fail', role: 'alert' }, p.error || 'Not sent.')
         : h('span', { class: 'tick sending', role: 'img', 'aria-label': p.state === 'queued' ? 'Waiting to send' : 'Sending' }, '…')),
@@ -390,13 +394,13 @@ export function quoteOf(w, seq, serverQuote) {
   if (serverQuote && (serverQuote.deleted || (c && c.deletedSeqs.has(seq)) || (m && m.kind === 'deleted'))) {
     q = { seq, sender: '', text: 'deleted message', state: 'deleted' };
   } else if (serverQuote) {
-    const text = (serverQuote.body || '').replace(/\s+/g, ' ').trim();
+    const text = (serverQuote.body || attachmentLabel(serverQuote.attachment)).replace(/\s+/g, ' ').trim();
     q = { seq, sender: serverQuote.senderId === me() ? 'You' : nameOf(serverQuote.senderId), state: 'loaded',
       text: text.length > QUOTE_CHARS ? `${text.slice(0, QUOTE_CHARS).trimEnd()}…` : text };
   } else if (!m) q = { seq, sender: '', text: 'a message', state: 'missing' };
   else if (m.kind === 'deleted') q = { seq, sender: '', text: 'deleted message', state: 'deleted' };
   else {
-    const text = (m.body || '').replace(/\s+/g, ' ').trim();
+    const text = (m.body || attachmentLabel(firstAttachment(m))).replace(/\s+/g, ' ').trim();
     q = { seq, sender: m.senderId === me() ? 'You' : nameOf(m.senderId), state: 'loaded',
       text: text.length > QUOTE_CHARS ? `${text.slice(0, QUOTE_CHARS).trimEnd()}…` : text };
   }
