@@ -18,7 +18,7 @@ import (
 )
 
 // TestMain fails the package if a test leaves a dispatcher (or a NATS goroutine) running.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
 
 // event is one Handler call.
 type event struct{ kind, id, data string }
