@@ -257,6 +257,9 @@ func Apply(g Group, actor string, op Op, now time.Time) (Result, error) {
 		if err := canModerate(g, a, owner, target); err != nil {
 			return Result{}, err
 		}
+		if slices.Contains(a.Admins, target) { // admins always may send: a mute would not hold
+			return Result{}, forbid("%s is an admin, and admins are never muted: make them a member first", target)
+		}
 		if a.Muted == nil {
 			a.Muted = make(map[string]time.Time)
 		}

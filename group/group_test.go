@@ -50,6 +50,7 @@ func TestWhoMayDoWhat(t *testing.T) {
 		{"an admin pins", "bob", Op{Action: protocol.ActionPin, Seq: 3}, "", "bob pinned message 3"},
 		{"pin a message not there", "bob", Op{Action: protocol.ActionPin, Seq: 11}, protocol.CodeNotFound, "no message 11 in this conversation"},
 		{"an admin mutes", "bob", Op{Action: protocol.ActionMute, Users: user("carol"), Seconds: 60}, "", "bob muted carol for 60 seconds"},
+		{"the owner mutes an admin", "alice", Op{Action: protocol.ActionMute, Users: user("bob"), Seconds: 60}, protocol.CodeForbidden, "bob is an admin, and admins are never muted: make them a member first"},
 		{"an admin bans", "bob", Op{Action: protocol.ActionBan, Users: user("carol")}, "", "bob banned carol"},
 		{"announcement on", "bob", Op{Action: protocol.ActionAnnouncement, Enabled: true}, "", "bob made this an announcement group: only admins post"},
 		{"slow mode on", "bob", Op{Action: protocol.ActionSlowMode, Seconds: 30}, "", "bob turned slow mode on: one message every 30 seconds"},
