@@ -46,6 +46,7 @@ export const ui = {
   reportDialog: $('report-dialog'), reportForm: $('report-form'), reportReason: $('report-reason'), reportCancel: $('report-cancel'),
   reportError: $('report-error'), joinDialog: $('join-dialog'), joinTitle: $('join-title'), joinText: $('join-text'),
   joinOk: $('join-ok'), joinCancel: $('join-cancel'), joinError: $('join-error'),
+  bannedList: $('banned-list'), bannedEmpty: $('banned-empty'),
 };
 
 export function h(tag, attrs, ...children) {
