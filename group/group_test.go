@@ -203,3 +203,21 @@ func TestInvitesAndReports(t *testing.T) {
 		t.Fatalf("bob dismisses: %v, reports left %+v", err, c.Admin.Reports)
 	}
 }
+
+// TestOwnerGone: a group whose owner deleted their account is run by its first admin still in
+// it, in the rules and in the view; with no admin left nobody owns it.
+func TestOwnerGone(t *testing.T) {
+	c := team()
+	c.Members = []string{"bob", "carol", "dave"} // alice's account is gone
+	c.Admin.Admins = []string{"erin", "bob"}     // erin left before
+	if r, err := Apply(Of(c), "bob", Op{Action: protocol.ActionPromote, Users: []string{"carol"}}, t0); err != nil || r.Update.Admin.Owner != "bob" {
+		t.Fatalf("bob promotes carol: %+v, %v; want bob the owner now", r.Update.Admin, err)
+	}
+	if v := View(c, t0); v.Owner != "bob" || len(v.Admins) != 0 {
+		t.Fatalf("view %+v; want bob the owner, and erin, gone, no admin", v)
+	}
+	c.Admin.Admins = nil
+	if _, err := Apply(Of(c), "carol", Op{Action: protocol.ActionRename, Text: "x"}, t0); !errors.Is(err, protocol.ErrForbidden) {
+		t.Fatalf("a member renames an ownerless group: %v; want forbidden", err)
+	}
+}
