@@ -78,7 +78,7 @@ func Of(c storage.Conversation) Group {
 }
 
 // admin is g's GroupAdmin as a copy the caller may change: the stored one, or for a group nobody
-// has run yet its creator as owner.
+// has run yet its creator as owner; see succeed for a group whose owner is gone.
 func (g Group) admin() storage.GroupAdmin {
 	if g.Admin == nil {
 		return storage.GroupAdmin{Owner: g.CreatedBy}
@@ -87,7 +87,24 @@ func (g Group) admin() storage.GroupAdmin {
 	a.Admins, a.Banned, a.Pins = slices.Clone(a.Admins), slices.Clone(a.Banned), slices.Clone(a.Pins)
 	a.Muted = maps.Clone(a.Muted)
 	a.Invites, a.Reports = slices.Clone(a.Invites), slices.Clone(a.Reports)
+	if g.Members != nil { // nil: the view, which knows the members as a list (View)
+		succeed(&a, func(u string) bool { return g.Members[u] })
+	}
 	return a
+}
+
+// succeed gives a group whose owner is no longer a member (their account was deleted: an owner
+// never leaves or is removed otherwise) the first appointed admin still in it as its owner, so
+// the group can still be run; with no admin left it has none.
+func succeed(a *storage.GroupAdmin, isMember func(string) bool) {
+	if isMember(a.Owner) {
+		return
+	}
+	a.Owner = ""
+	if i := slices.IndexFunc(a.Admins, isMember); i >= 0 {
+		a.Owner = a.Admins[i]
+		a.Admins = slices.Delete(a.Admins, i, i+1)
+	}
 }
 
 // RoleOf is user's role in g (protocol.RoleOwner, RoleAdmin or RoleMember), "" for one who is not
@@ -256,6 +273,9 @@ func Apply(g Group, actor string, op Op, now time.Time) (Result, error) {
 	case protocol.ActionMute:
 		if err := canModerate(g, a, owner, target); err != nil {
 			return Result{}, err
+		}
+		if slices.Contains(a.Admins, target) { // admins always may send: a mute would not hold
+			return Result{}, forbid("%s is an admin, and admins are never muted: make them a member first", target)
 		}
 		if a.Muted == nil {
 			a.Muted = make(map[string]time.Time)
@@ -488,6 +508,9 @@ func View(c storage.Conversation, now time.Time) *protocol.GroupInfo {
 		return nil
 	}
 	a := Group{CreatedBy: c.CreatedBy, Admin: c.Admin}.admin()
+	isMember := func(u string) bool { return slices.Contains(c.Members, u) }
+	succeed(&a, isMember)
+	a.Admins = slices.DeleteFunc(a.Admins, func(u string) bool { return !isMember(u) }) // a deleted account's role
 	v := &protocol.GroupInfo{Owner: a.Owner, Admins: a.Admins, Topic: a.Topic, Announcement: a.Announcement,
 		SlowModeSeconds: a.SlowModeSeconds, Banned: a.Banned, Pins: a.Pins}
 	for _, u := range slices.Sorted(maps.Keys(a.Muted)) {

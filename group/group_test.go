@@ -50,6 +50,7 @@ func TestWhoMayDoWhat(t *testing.T) {
 		{"an admin pins", "bob", Op{Action: protocol.ActionPin, Seq: 3}, "", "bob pinned message 3"},
 		{"pin a message not there", "bob", Op{Action: protocol.ActionPin, Seq: 11}, protocol.CodeNotFound, "no message 11 in this conversation"},
 		{"an admin mutes", "bob", Op{Action: protocol.ActionMute, Users: user("carol"), Seconds: 60}, "", "bob muted carol for 60 seconds"},
+		{"the owner mutes an admin", "alice", Op{Action: protocol.ActionMute, Users: user("bob"), Seconds: 60}, protocol.CodeForbidden, "bob is an admin, and admins are never muted: make them a member first"},
 		{"an admin bans", "bob", Op{Action: protocol.ActionBan, Users: user("carol")}, "", "bob banned carol"},
 		{"announcement on", "bob", Op{Action: protocol.ActionAnnouncement, Enabled: true}, "", "bob made this an announcement group: only admins post"},
 		{"slow mode on", "bob", Op{Action: protocol.ActionSlowMode, Seconds: 30}, "", "bob turned slow mode on: one message every 30 seconds"},
@@ -200,5 +201,23 @@ func TestInvitesAndReports(t *testing.T) {
 	}
 	if _, err := apply("bob", Op{Action: protocol.ActionDismissReport, ID: "r1"}, t0); err != nil || len(c.Admin.Reports) != 0 {
 		t.Fatalf("bob dismisses: %v, reports left %+v", err, c.Admin.Reports)
+	}
+}
+
+// TestOwnerGone: a group whose owner deleted their account is run by its first admin still in
+// it, in the rules and in the view; with no admin left nobody owns it.
+func TestOwnerGone(t *testing.T) {
+	c := team()
+	c.Members = []string{"bob", "carol", "dave"} // alice's account is gone
+	c.Admin.Admins = []string{"erin", "bob"}     // erin left before
+	if r, err := Apply(Of(c), "bob", Op{Action: protocol.ActionPromote, Users: []string{"carol"}}, t0); err != nil || r.Update.Admin.Owner != "bob" {
+		t.Fatalf("bob promotes carol: %+v, %v; want bob the owner now", r.Update.Admin, err)
+	}
+	if v := View(c, t0); v.Owner != "bob" || len(v.Admins) != 0 {
+		t.Fatalf("view %+v; want bob the owner, and erin, gone, no admin", v)
+	}
+	c.Admin.Admins = nil
+	if _, err := Apply(Of(c), "carol", Op{Action: protocol.ActionRename, Text: "x"}, t0); !errors.Is(err, protocol.ErrForbidden) {
+		t.Fatalf("a member renames an ownerless group: %v; want forbidden", err)
 	}
 }

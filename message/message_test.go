@@ -68,6 +68,14 @@ func TestApply(t *testing.T) {
 					t.Errorf("tombstone %+v, want only what never changes: %+v", m, want)
 				}
 			}},
+		{name: "a group's admin deletes another's message", m: text(), c: message.Change{Op: message.OpDelete, UserID: "bob", Admin: true},
+			changed: true, check: func(t *testing.T, m storage.Message) {
+				if m.Kind != protocol.KindDeleted || m.SenderID != "alice" || m.RemovedBy != "bob" || m.Body != "" {
+					t.Errorf("tombstone %+v; want alice's, removed by bob", m)
+				}
+			}},
+		{name: "a group's admin edits another's message", m: text(), c: message.Change{Op: message.OpEdit, UserID: "bob", Body: "x", Admin: true},
+			kind: protocol.ErrForbidden, reason: "message 3 is not yours to edit"},
 		{name: "a tombstone refuses an edit", m: deleted, c: message.Change{Op: message.OpEdit, UserID: "alice", Body: "back"},
 			kind: protocol.ErrForbidden, reason: "message 3 is deleted and cannot change"},
 		{name: "a tombstone refuses a reaction", m: deleted, c: message.Change{Op: message.OpReact, UserID: "bob", Emoji: "👍"},

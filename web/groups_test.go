@@ -68,8 +68,8 @@ func TestJoinByInviteLink(t *testing.T) {
 }
 
 // TestReportReachesTheAdmin: bob reports alice's message from its menu with a reason; alice, the
-// group's owner, is told at once and finds it in group info, where she dismisses it; carol, a
-// member, is told nothing.
+// group's owner, is told at once and finds it in group info, where she dismisses it, then mutes
+// and bans bob; carol, a member, is told nothing of the report.
 func TestReportReachesTheAdmin(t *testing.T) {
 	_, alice, bob, carol := threeInAGroup(t, "Team")
 	alice.typeMessage("buy cheap watches here", true)
@@ -86,9 +86,20 @@ func TestReportReachesTheAdmin(t *testing.T) {
 	alice.screenshot("43-report-in-group-info")
 	alice.do("dismiss it", chromedp.Click(chromedp.CSS("#report-list .dismiss-report")))
 	alice.waitFor("no open reports", `document.querySelectorAll('#report-list > li').length === 0 && !document.getElementById('report-empty').hidden`)
+
 	if n := eval[int](carol, `document.querySelectorAll('#messages > li.system').length`); n != 0 {
 		t.Errorf("carol's page shows %d system messages; the report should tell the group nothing", n)
 	}
+
+	// Acting on a report: alice mutes bob for an hour (his composer says so), then bans him (the
+	// group leaves his page, and her panel lists him as banned).
+	alice.do("mute bob", chromedp.Click(chromedp.CSS(`#group-member-list > li[data-user="bob"] .mute-member`)))
+	bob.waitFor("bob's composer closed while he is muted", `/^You are muted in this group until /.test(document.getElementById('composer-gate').textContent) && document.getElementById('composer-input').disabled`)
+	alice.waitFor("Unmute offered for bob", `document.querySelector('#group-member-list > li[data-user="bob"] .mute-member')?.textContent === 'Unmute'`)
+	alice.do("ban bob", chromedp.Click(chromedp.CSS(`#group-member-list > li[data-user="bob"] .ban-member`)))
+	alice.confirm("Ban bob", true)
+	bob.waitFor("the group gone from bob's list", fmt.Sprintf(`!document.querySelector(%q)`, convButton("Team")))
+	alice.waitFor("bob banned in alice's panel", `[...document.querySelectorAll('#banned-list > li')].map(e => e.dataset.user).join(',') === 'bob' && !document.querySelector('#group-member-list > li[data-user="bob"]')`)
 	carol.convMenu("menu-group-info")
 	carol.waitFor("carol's panel, a member's: no group settings", `document.getElementById('group-info').open && document.getElementById('group-admin').hidden`)
 }

@@ -53,6 +53,7 @@ export const ui = {
   mentionResults: $('mention-results'),
   uploadTray: $('upload-tray'), attach: $('attach'), fileInput: $('file-input'), imageViewer: $('image-viewer'),
   imageFull: $('image-full'), imageTitle: $('image-title'), imageClose: $('image-close'),
+  bannedList: $('banned-list'), bannedEmpty: $('banned-empty'),
 };
 
 export function h(tag, attrs, ...children) {

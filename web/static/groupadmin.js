@@ -8,7 +8,7 @@ import { request } from './connection.js';
 import { openConversation } from './conversation.js';
 import { onConversation } from './dispatch.js';
 import { announce, h, reconcile, ui } from './dom.js';
-import { showNotice } from './menus.js';
+import { confirmAction, showNotice } from './menus.js';
 import { jumpToMessage } from './messages.js';
 import { convTitle, failureText, nameOf } from './names.js';
 import { me, openConv, openWindow, store } from './state.js';
@@ -57,6 +57,46 @@ export async function setRole(c, u, admin) {
   if (await moderate(c, { action: admin ? 'promote' : 'demote', userId: u }, admin ? `make ${nameOf(u)} an admin` : `make ${nameOf(u)} a member`)) {
     announce(admin ? `${nameOf(u)} is an admin` : `${nameOf(u)} is a member`);
   }
+}
+
+// MUTE_SECONDS is how long the member list's Mute silences a member: an hour, a cooling-off
+// rather than a sentence (chatctl and the protocol take any length).
+const MUTE_SECONDS = 3600;
+
+// mutedUntil is when member u's mute in c ends ('' when not muted).
+export function mutedUntil(c, u) {
+  const m = (c.group?.muted || []).find((x) => x.userId === u);
+  return m && Date.parse(m.until) > Date.now() ? m.until : '';
+}
+
+// moderationButtons are Mute (or Unmute) and Ban for member u of c, when the user may: plain
+// members only (an admin is never muted; the owner bans an admin by removing them first).
+export function moderationButtons(c, u) {
+  if (!canRemove(c, u) || roleOf(c, u) !== 'member') return [];
+  const until = mutedUntil(c, u);
+  return [
+    h('button', { type: 'button', class: 'link mute-member', onclick: () => mute(c, u, !until) },
+      until ? 'Unmute' : 'Mute 1 h'),
+    h('button', { type: 'button', class: 'link danger ban-member', 'aria-label': `Ban ${nameOf(u)} from the group`, onclick: () => ban(c, u) }, 'Ban'),
+  ];
+}
+
+async function mute(c, u, on) {
+  const fields = on ? { action: 'mute', userId: u, seconds: MUTE_SECONDS } : { action: 'unmute', userId: u };
+  if (await moderate(c, fields, on ? `mute ${nameOf(u)}` : `unmute ${nameOf(u)}`)) announce(on ? `${nameOf(u)} is muted for an hour` : `${nameOf(u)} may send again`);
+}
+
+async function ban(c, u) {
+  const ok = await confirmAction({
+    title: `Ban ${nameOf(u)}?`,
+    text: `${nameOf(u)} leaves ${convTitle(c)} and cannot be added back or join by link until unbanned.`,
+    ok: 'Ban',
+  });
+  if (ok && await moderate(c, { action: 'ban', userId: u }, `ban ${nameOf(u)}`)) announce(`${nameOf(u)} is banned`);
+}
+
+async function unban(c, u) {
+  if (await moderate(c, { action: 'unban', userId: u }, `unban ${nameOf(u)}`)) announce(`${nameOf(u)} may be added again`);
 }
 
 // ---- Pin bar and composer gate ---------------------------------------------------------------
@@ -131,7 +171,8 @@ function renderGate() {
   const closed = !!why && !why.startsWith('Slow mode');
   ui.input.disabled = closed; // a member may still write a draft while slow mode counts down
   ui.send.disabled = !!why;
-  const counting = [...slowUntil.values()].some((t) => t > Date.now());
+  // Redrawn every second while a countdown runs or a mute lasts, so the composer opens when it ends.
+  const counting = [...slowUntil.values()].some((t) => t > Date.now()) || why.startsWith('You are muted');
   if (counting && !slowTimer) slowTimer = setInterval(renderGate, SLOW_TICK_MS);
   if (!counting && slowTimer) { clearInterval(slowTimer); slowTimer = null; }
 }
@@ -163,6 +204,14 @@ export function renderGroupAdmin() {
   const admin = runsGroup(c);
   ui.groupAdmin.hidden = !admin;
   if (!admin) return;
+  const banned = g.banned || [];
+  ui.bannedEmpty.hidden = banned.length > 0;
+  reconcile(ui.bannedList, banned.map((u) => ({
+    key: u,
+    sig: nameOf(u),
+    build: () => h('li', { class: 'member', 'data-user': u }, h('span', { class: 'member-name', dir: 'auto' }, nameOf(u)),
+      h('button', { type: 'button', class: 'link unban', 'aria-label': `Unban ${nameOf(u)}`, onclick: () => unban(c, u) }, 'Unban')),
+  })));
   if (document.activeElement?.form !== ui.groupSettingsForm) { // not under the user's hands
     ui.groupRenameInput.value = c.name || '';
     ui.groupTopicInput.value = g.topic || '';

@@ -5,7 +5,9 @@ import { showConversation } from './conversation.js';
 import { applyPresenceList } from './dispatch.js';
 import { announce, h, morph, reconcile, ui } from './dom.js';
 import { PICK_SOMEONE, addFinder, addPicks, membersTyped } from './finder.js';
-import { canRemove, loadAdminLists, renderGroupAdmin, roleOf, setRole } from './groupadmin.js';
+import {
+  canRemove, loadAdminLists, moderationButtons, mutedUntil, renderGroupAdmin, roleOf, setRole
+} from './groupadmin.js';
 import { refreshListSoon } from './list.js';
 import { closeMenus, confirmAction, dmPeer } from './menus.js';
 import { convTitle, failureText, nameOf } from './names.js';
@@ -48,8 +50,8 @@ export async function requestGroupPresence() {
 
 // renderGroupInfo updates the open panel in place (a member joined or left meanwhile, someone
 // came online, a role changed); it closes when the user is no longer in the group. Each member
-// shows their role (owner, admin); the panel offers Remove where the user's role allows it (see
-// canRemove), and the owner Make admin / Make member.
+// shows their role (owner, admin); the panel offers Remove, Mute and Ban where the user's role
+// allows it (see canRemove, moderationButtons), and the owner Make admin / Make member.
 export function renderGroupInfo() {
   if (!ui.groupInfo.open) return;
   const c = store.convs.get(groupInfoId);
@@ -73,10 +75,11 @@ export function renderGroupInfo() {
           [creator ? 'created the group' : '', presence].filter(Boolean).join(' · ')) : null),
       appoint ? h('button', { type: 'button', class: 'link set-role', onclick: () => setRole(c, u, role !== 'admin') },
         role === 'admin' ? 'Make member' : 'Make admin') : null,
+      ...moderationButtons(c, u),
       removable ? h('button', { type: 'button', class: 'link danger remove-member', 'aria-label': `Remove ${nameOf(u)} from the group`, onclick: () => removeMember(u) }, 'Remove') : null);
     return {
       key: u,
-      sig: [u === me(), presence, creator, role, removable, appoint, nameOf(u)].join('|'),
+      sig: [u === me(), presence, creator, role, removable, appoint, nameOf(u), mutedUntil(c, u)].join('|'),
       build,
       // In place, like messages: a press on Remove before a presence change and the release
       // after it still make a click.
