@@ -463,6 +463,7 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 	if bm == nil {
 		return
 	}
+	mentioned := bm.msg.Mentions // a deletion takes them with the text
 	changed, err := message.Apply(&bm.msg, e.req.MessageChange(), c.lastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
 	if err != nil {
 		var refusal *protocol.Error
@@ -475,7 +476,6 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 		return
 	}
 	if changed {
-		mentioned := bm.msg.Mentions
 		if e.req.Op == message.OpEdit {
 			bm.msg.Mentions = mentionsIn(c, bm.msg.Body)
 			mentioned = without(mentioned, bm.msg.Mentions)
