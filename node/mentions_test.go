@@ -39,6 +39,7 @@ func mnGroup(t *testing.T) (a, b *testenv.Node, alice *client.Conn, jose *rtInbo
 	return a, b, alice, jose, joseToken, g.ID
 }
 
+// derefOr is what a count pointer holds, or "no" when there is none, for a failure message.
 func derefOr(p *int64) any {
 	if p == nil {
 		return "no"
