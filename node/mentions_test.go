@@ -212,3 +212,21 @@ func TestNotifySettingHoldsOnEveryDevice(t *testing.T) {
 	_, err = onA.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSetNotify, ConversationID: other.ID, Notify: protocol.NotifyNothing})
 	wantCode(t, "a conversation he is not in", err, protocol.CodeNotMember)
 }
+
+// TestDeletedAccountTakesItsMentionsBack: erin mentions José, then deletes her account; her
+// messages become tombstones, and José's unread mention goes with them.
+func TestDeletedAccountTakesItsMentionsBack(t *testing.T) {
+	a, b, alice, jose, joseToken, g := mnGroup(t)
+	ctx := ctxT(t, time.Minute)
+	erin, erinToken := testenv.ConnectWithToken(t, a.URL(), "erin")
+	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeAddMembers, ConversationID: g, Members: []string{"erin"}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error { // erin's node hears she joined
+		_, err := erin.Send(ctx, g, "look, "+message.MentionToken(mnJoseID))
+		return err
+	})
+	mnWaitCount(t, jose, b.URL(), joseToken, g, 1, "after erin's mention")
+	deleteAccount(t, ctx, a, erinToken)
+	mnWaitCount(t, jose, b.URL(), joseToken, g, 0, "after erin deleted her account")
+}

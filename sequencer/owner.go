@@ -511,6 +511,7 @@ func (p *partition) erase(ctx context.Context, e *entry) {
 		p.fail([]*entry{e}, failStore)
 		return
 	}
+	c.unmention(e.erased)
 	e.result = &protocol.Message{ConversationID: id}
 }
 
