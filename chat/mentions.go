@@ -22,11 +22,16 @@ func unreadMentions(seqs []int64, read int64, deleted []int64) int64 {
 
 // totalMentions sums an online user's unread mentions over their conversations.
 func (s *live) totalMentions(u *onlineUser) int64 {
+	return u.sum(func(id string, p *position) int64 { return unreadMentions(p.mentions, p.readSeq, s.deleted.of(id)) })
+}
+
+// sum adds up count over an online user's conversations.
+func (u *onlineUser) sum(count func(convID string, p *position) int64) int64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	var t int64
 	for id, p := range u.positions {
-		t += unreadMentions(p.mentions, p.readSeq, s.deleted.of(id))
+		t += count(id, p)
 	}
 	return t
 }
