@@ -269,10 +269,10 @@ func (s *live) badge(userID string, u *onlineUser, convID string) {
 		}
 		u.mu.Unlock()
 		read, last := p.readSeq, s.lastSeq(convID, p)
-		n, m := s.unreadOf(convID, p), unreadMentions(p.mentions, read)
+		n, m := s.unreadOf(convID, p), unreadMentions(p.mentions, read, s.deleted.of(convID))
 		f.Unread, f.ReadSeq, f.LastSeq, f.UnreadMentions = &n, read, max(last, read), &m
 	}
-	mentions := totalMentions(u)
+	mentions := s.totalMentions(u)
 	f.TotalMentions = &mentions
 	s.ephemeralToUser(userID, "badge:"+convID, f)
 }
@@ -376,6 +376,6 @@ func toView(c storage.Conversation, p position, lastSeq int64) protocol.Conversa
 		ID: c.ID, Kind: c.Kind, Name: c.Name, Members: c.Members, FirstSeq: first, LastSeq: last,
 		ReadSeq: read, Unread: storage.Unread(last, read, c.DeletedSeqs), CreatedAt: c.CreatedAt, CreatedBy: c.CreatedBy,
 		Version: c.LastVersion, LastMessage: preview, Group: group.View(c, time.Now()),
-		UnreadMentions: unreadMentions(p.mentions, read),
+		UnreadMentions: unreadMentions(p.mentions, read, c.DeletedSeqs),
 	}
 }

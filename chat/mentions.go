@@ -1,5 +1,7 @@
 package chat
 
+import "slices"
+
 // Mentions: the conversation's owner finds whom a message mentions and keeps, per member, the
 // seqs of the newest messages that mention them (storage.Conversation.Mentioned). A member's
 // unread mentions are those seqs after their read position: forward-only with the read cursor.
@@ -7,11 +9,11 @@ package chat
 // (a message that mentions them, an edit that adds or drops a mention, a deletion); leaving a
 // conversation drops its position, and with it its mentions.
 
-// unreadMentions counts the seqs after read.
-func unreadMentions(seqs []int64, read int64) int64 {
+// unreadMentions counts the seqs after read, less those deleted for everyone.
+func unreadMentions(seqs []int64, read int64, deleted []int64) int64 {
 	var n int64
 	for _, seq := range seqs {
-		if seq > read {
+		if seq > read && !slices.Contains(deleted, seq) {
 			n++
 		}
 	}
@@ -19,12 +21,17 @@ func unreadMentions(seqs []int64, read int64) int64 {
 }
 
 // totalMentions sums an online user's unread mentions over their conversations.
-func totalMentions(u *onlineUser) int64 {
+func (s *live) totalMentions(u *onlineUser) int64 {
+	return u.sum(func(id string, p *position) int64 { return unreadMentions(p.mentions, p.readSeq, s.deleted.of(id)) })
+}
+
+// sum adds up count over an online user's conversations.
+func (u *onlineUser) sum(count func(convID string, p *position) int64) int64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	var t int64
-	for _, p := range u.positions {
-		t += unreadMentions(p.mentions, p.readSeq)
+	for id, p := range u.positions {
+		t += count(id, p)
 	}
 	return t
 }

@@ -193,7 +193,7 @@ func (s *readState) Badge(ctx context.Context, userID string) (BadgeCounts, erro
 	for _, c := range convs {
 		read := c.ReadSeq(userID, cursors[c.ID])
 		total.Unread += storage.Unread(c.LastSeq, read, c.DeletedSeqs)
-		total.Mentions += unreadMentions(c.Mentioned[userID], read)
+		total.Mentions += unreadMentions(c.Mentioned[userID], read, c.DeletedSeqs)
 	}
 	return total, nil
 }

@@ -344,13 +344,7 @@ func isClosed(ch chan struct{}) bool {
 
 // total sums an online user's unread over their conversations.
 func (s *live) total(u *onlineUser) int64 {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var t int64
-	for id, p := range u.positions {
-		t += s.unreadOf(id, *p)
-	}
-	return t
+	return u.sum(func(id string, p *position) int64 { return s.unreadOf(id, *p) })
 }
 
 // conversations returns the ids of the conversations routed to an online user.

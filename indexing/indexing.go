@@ -78,6 +78,8 @@ type Config struct {
 	Buffer        int
 	SweepInterval time.Duration
 	Timeout       time.Duration
+	// Metrics, if set, counts what the feed takes and catches up; nil records nothing.
+	Metrics *Metrics
 }
 
 func (c Config) withDefaults() Config {
@@ -267,10 +269,13 @@ func (f *Feed) apply(events []*nats.Msg) {
 	for _, m := range events {
 		switch {
 		case m.Subject == f.forgetSubject():
+			f.cfg.Metrics.took(kindForget)
 			f.forget(m.Data)
 		case len(m.Subject) > 4 && m.Subject[len(m.Subject)-4:] == ".msg":
+			f.cfg.Metrics.took(kindMessage)
 			f.takeMessage(b, m.Data, touched)
 		default:
+			f.cfg.Metrics.took(kindChange)
 			f.takeChange(b, m.Data, touched)
 		}
 	}
@@ -282,6 +287,7 @@ func (f *Feed) apply(events []*nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Timeout)
 	defer cancel()
+	defer f.cfg.Metrics.wrote(time.Now())
 	if err := f.index.Apply(ctx, b); err != nil {
 		f.log.Error().Err(err).Int("events", len(events)).Msg("index a batch; its conversations are read from the store")
 		for id := range touched {
@@ -412,6 +418,7 @@ func (f *Feed) forget(data []byte) {
 func (f *Feed) catchUp(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Timeout)
 	defer cancel()
+	f.cfg.Metrics.caughtUp()
 	p, ok := f.progressOf(id)
 	if !ok {
 		delete(f.late, id) // the index cannot be read: the next sweep tries again
@@ -434,7 +441,9 @@ func (f *Feed) catchUp(id string) {
 	next := search.Progress{Seq: max(p.Seq, conv.LastSeq), Version: max(p.Version, conv.LastVersion)}
 	b.SetProgress(id, next)
 	if err == nil {
+		start := time.Now()
 		err = f.index.Apply(ctx, b)
+		f.cfg.Metrics.wrote(start)
 	}
 	if err != nil {
 		// Left for the next sweep: a store that fails now is not asked again in a loop.

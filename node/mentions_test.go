@@ -39,6 +39,14 @@ func mnGroup(t *testing.T) (a, b *testenv.Node, alice *client.Conn, jose *rtInbo
 	return a, b, alice, jose, joseToken, g.ID
 }
 
+// derefOr is what a count pointer holds, or "no" when there is none, for a failure message.
+func derefOr(p *int64) any {
+	if p == nil {
+		return "no"
+	}
+	return *p
+}
+
 // mnBadge returns the mentions /api/badge reports for token's user.
 func mnBadge(t *testing.T, baseURL, token string) int64 {
 	t.Helper()
@@ -140,15 +148,26 @@ func TestMentionsAreCountedUntilRead(t *testing.T) {
 	}
 	mnWaitCount(t, jose, b.URL(), joseToken, g.ID, 0, "after the edit dropped the mention")
 
+	plain := send("nothing for José")
 	third := send("again " + message.MentionToken(joseID))
-	mnWaitCount(t, jose, b.URL(), joseToken, g.ID, 1, "after a third mention")
-	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: g.ID, Seq: third}); err != nil {
+	fourth := send("once more " + message.MentionToken(joseID))
+	mnWaitCount(t, jose, b.URL(), joseToken, g.ID, 2, "after two more mentions")
+	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: g.ID, Seq: fourth}); err != nil {
 		t.Fatal(err)
 	}
-	mnWaitCount(t, jose, b.URL(), joseToken, g.ID, 0, "after the mention was deleted")
-
-	send("once more " + message.MentionToken(joseID))
-	mnWaitCount(t, jose, b.URL(), joseToken, g.ID, 1, "before leaving")
+	mnWaitCount(t, jose, b.URL(), joseToken, g.ID, 1, "after a mention was deleted")
+	// His node's own count, in the badge of a read that stops before both mentions, has let the
+	// deleted one go too.
+	chHas(t, jose, "the deletion", chFrame(protocol.TypeDeleted, g.ID, fourth))
+	if err := jose.conn.Post(ctx, protocol.ClientFrame{Type: protocol.TypeRead, ConversationID: g.ID, Seq: plain}); err != nil {
+		t.Fatal(err)
+	}
+	badge = chHas(t, jose, "the badge after reading up to the plain message", func(f protocol.ServerFrame) bool {
+		return f.Type == protocol.TypeBadge && f.ConversationID == g.ID && f.ReadSeq == plain
+	})
+	if badge.UnreadMentions == nil || *badge.UnreadMentions != 1 {
+		t.Errorf("badge after the deletion counts %v unread mentions; want 1 (seq %d)", derefOr(badge.UnreadMentions), third)
+	}
 	if _, err := jose.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeLeave, ConversationID: g.ID}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,4 +211,22 @@ func TestNotifySettingHoldsOnEveryDevice(t *testing.T) {
 	wantCode(t, "a bad setting", err, protocol.CodeInvalidField)
 	_, err = onA.conn.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSetNotify, ConversationID: other.ID, Notify: protocol.NotifyNothing})
 	wantCode(t, "a conversation he is not in", err, protocol.CodeNotMember)
+}
+
+// TestDeletedAccountTakesItsMentionsBack: erin mentions José, then deletes her account; her
+// messages become tombstones, and José's unread mention goes with them.
+func TestDeletedAccountTakesItsMentionsBack(t *testing.T) {
+	a, b, alice, jose, joseToken, g := mnGroup(t)
+	ctx := ctxT(t, time.Minute)
+	erin, erinToken := testenv.ConnectWithToken(t, a.URL(), "erin")
+	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeAddMembers, ConversationID: g, Members: []string{"erin"}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error { // erin's node hears she joined
+		_, err := erin.Send(ctx, g, "look, "+message.MentionToken(mnJoseID))
+		return err
+	})
+	mnWaitCount(t, jose, b.URL(), joseToken, g, 1, "after erin's mention")
+	deleteAccount(t, ctx, a, erinToken)
+	mnWaitCount(t, jose, b.URL(), joseToken, g, 0, "after erin deleted her account")
 }

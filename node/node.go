@@ -272,8 +272,10 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 	n.bus = bus.New(bus.Config{SubjectPrefix: cmp.Or(cfg.Sequencer.SubjectPrefix, sequencer.DefaultSubjectPrefix),
 		Metrics: bus.NewMetrics(n.metrics)}, n.nc, log)
 	cfg.Chat.Hub.Metrics = hub.NewMetrics(n.metrics)
+	searchMetrics := indexing.NewMetrics(n.metrics) // registered without search too: one list of metrics
 	if cfg.SearchDir != "" {
-		if n.search, err = indexing.Start(indexing.Config{Dir: cfg.SearchDir, SubjectPrefix: cfg.Sequencer.SubjectPrefix}, n.nc, n.store, log); err != nil {
+		if n.search, err = indexing.Start(indexing.Config{Dir: cfg.SearchDir, SubjectPrefix: cfg.Sequencer.SubjectPrefix,
+			Metrics: searchMetrics}, n.nc, n.store, log); err != nil {
 			return nil, err
 		}
 		cfg.Chat.Search = n.search

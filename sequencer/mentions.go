@@ -111,3 +111,15 @@ func (p *partition) unwrittenMentions(counters map[string]storage.Counters) {
 		}
 	}
 }
+
+// unmention takes seqs made tombstones (a deleted account's messages) out of every member's
+// mentions.
+func (c *conversationState) unmention(seqs []int64) {
+	for u, mine := range c.mentioned {
+		for _, seq := range mine {
+			if slices.Contains(seqs, seq) {
+				c.mention(u, seq, false)
+			}
+		}
+	}
+}

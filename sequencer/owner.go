@@ -487,7 +487,8 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 	if bm == nil {
 		return
 	}
-	files := bm.msg.Attachments // a deletion drops them from the message
+	files := bm.msg.Attachments  // a deletion drops them from the message
+	mentioned := bm.msg.Mentions // a deletion takes them with the text
 	ch := e.req.MessageChange()
 	ch.Admin = group.IsAdmin(c.groupOf(), e.req.SenderID)
 	changed, err := message.Apply(&bm.msg, ch, c.lastVersion+1, time.Now().UTC().Truncate(time.Millisecond))
@@ -502,7 +503,6 @@ func (p *partition) change(ctx context.Context, e *entry, key string, msgs *batc
 		return
 	}
 	if changed {
-		mentioned := bm.msg.Mentions
 		if e.req.Op == message.OpEdit {
 			bm.msg.Mentions = mentionsIn(c, bm.msg.Body)
 			mentioned = without(mentioned, bm.msg.Mentions)
@@ -541,6 +541,7 @@ func (p *partition) erase(ctx context.Context, e *entry) {
 		p.fail([]*entry{e}, failStore)
 		return
 	}
+	c.unmention(e.erased)
 	e.result = &protocol.Message{ConversationID: id}
 }
 

@@ -47,7 +47,8 @@ func indexed(t *testing.T, c *client.Conn, query, conv string, seq int64) {
 
 // TestSearchFromTheListOpensTheHitInPlace: bob searches a word from the box over the list; the
 // hit, with the word marked, opens his DM with alice at that message, 80 messages back, loaded
-// around it (history around its seq, newer ones still to come) and focused.
+// around it (history around its seq, newer ones still to come) and focused. Then "Search in this
+// conversation" narrows the box to the DM, and a search there is sent for the DM only.
 func TestSearchFromTheListOpensTheHitInPlace(t *testing.T) {
 	n := searchNode(t)
 	alice := testenv.Connect(t, n.URL(), "alice")
@@ -81,6 +82,17 @@ func TestSearchFromTheListOpensTheHitInPlace(t *testing.T) {
 		`document.getElementById('conv-title').textContent === 'alice' && document.activeElement && document.activeElement.matches(%q) && document.getElementById('messages').dataset.hasAfter === 'true'`,
 		msgSel(ack.Seq)))
 	bob.screenshot("35-search-hit-open")
+
+	// The conversation menu narrows the box to the open conversation.
+	bob.convMenu("menu-search")
+	bob.waitFor("the box narrowed to the DM, focused", `!document.getElementById('search-scope').hidden && document.getElementById('search-scope-text').textContent === 'In alice' && document.activeElement === document.getElementById('search-input')`)
+	bob.do("search for filler 79 in the DM",
+		chromedp.SetValue(chromedp.ID("search-input"), "filler 79"),
+		chromedp.Click(chromedp.CSS("#search-form button[type=submit]")))
+	bob.waitFor("the one message with both words", fmt.Sprintf(`document.querySelectorAll('#search-results .hit').length === 1 && !!document.querySelector('#search-results .hit[data-seq="%d"]')`, ack.Seq+80))
+	if got := sentFramesOf(bob, protocol.TypeSearch); len(got) != 2 || got[1].ConversationID != dm.ID || got[0].ConversationID != "" {
+		t.Errorf("bob's search frames %+v; want one over everything, then one in the DM", got)
+	}
 }
 
 // TestMentionOffersMembersAndHighlightsThem: in a group, alice types "@Jo" in the composer; the

@@ -66,7 +66,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.adminAddr, "admin-addr", env("CHAT_ADMIN_ADDR", node.DefaultAdminAddr), "admin listener: /metrics, /healthz, /readyz, /debug/, the admin API; keep it off the public network; empty: none (CHAT_ADMIN_ADDR)")
 	fs.StringVar(&o.addrFile, "addr-file", env("CHAT_ADDR_FILE", ""), "file to write the listeners' addresses to once they listen, as JSON; for whoever starts chatd on port 0 (CHAT_ADDR_FILE)")
 	fs.StringVar(&o.dataDir, "data-dir", env("CHAT_DATA_DIR", "./data"), "directory for the embedded store and NATS (CHAT_DATA_DIR)")
-	fs.StringVar(&o.searchDir, "search-dir", env("CHAT_SEARCH_DIR", ""), "directory of this node's search index, derived from the store and rebuilt from it when missing; empty: search under the data directory (CHAT_SEARCH_DIR)")
+	fs.StringVar(&o.searchDir, "search-dir", env("CHAT_SEARCH_DIR", ""), "directory of this node's search index, derived from the store and rebuilt from it when missing; empty: search under the data directory; off: no search (CHAT_SEARCH_DIR)")
 	fs.StringVar(&o.mongoURI, "mongo-uri", env("CHAT_MONGO_URI", ""), "MongoDB URI; empty starts the embedded store (CHAT_MONGO_URI)")
 	fs.StringVar(&o.storeSync, "store-sync", env("CHAT_STORE_SYNC", embedded.SyncFull), "the embedded store's SQLite synchronous setting: full (every commit synced to disk) or normal (synced at checkpoints: survives a killed process, not a power loss) (CHAT_STORE_SYNC)")
 	fs.StringVar(&o.mongoDB, "mongo-db", env("CHAT_MONGO_DB", node.DefaultDatabase), "MongoDB database (CHAT_MONGO_DB)")
@@ -170,7 +170,7 @@ func run(args []string, log zerolog.Logger) error {
 		AdminSecret:    []byte(o.adminSecret),
 		ReadWindow:     o.readWindow,
 		DevMode:        o.devMode,
-		SearchDir:      cmp.Or(o.searchDir, filepath.Join(o.dataDir, "search")),
+		SearchDir:      searchDir(o),
 		Sequencer:      sequencer.Config{Partitions: o.partitions},
 		Leases:         sequencer.LeaseConfig{TTL: o.leaseTTL, RenewInterval: o.leaseTTL / 5, Replicas: o.leaseReplicas},
 		Session: session.Config{SendRate: o.sendRate,
@@ -232,6 +232,19 @@ func run(args []string, log zerolog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return errors.Join(addrErr, n.Shutdown(shutdownCtx))
+}
+
+// searchOff is the -search-dir that turns search off: the index holds every message's text on
+// the node's disk, which an operator may not want there.
+const searchOff = "off"
+
+// searchDir is where the node keeps its search index: -search-dir, by default under the data
+// directory, or "" (no search) for searchOff.
+func searchDir(o options) string {
+	if o.searchDir == searchOff {
+		return ""
+	}
+	return cmp.Or(o.searchDir, filepath.Join(o.dataDir, "search"))
 }
 
 // listenAddrs is what -addr-file holds.

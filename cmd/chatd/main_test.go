@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +82,44 @@ func TestRestartKeepsHistoryAndSeqs(t *testing.T) {
 	}
 	if len(page.Messages) != 4 || page.Messages[0].Body != "before restart 1" || page.Messages[3].Seq != 4 {
 		t.Fatalf("history after restart: %+v", page.Messages)
+	}
+	// Search works on the embedded defaults, its index kept under the data directory.
+	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		r, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSearch, Query: "restart"})
+		if err != nil {
+			return err
+		}
+		if r.Hits == nil || len(*r.Hits) != 4 {
+			return fmt.Errorf("searching restart found %v, want the 4 messages", r.Hits)
+		}
+		return nil
+	})
+}
+
+// TestSearchOff: with CHAT_SEARCH_DIR=off a node keeps no index and refuses a search as
+// unavailable, and everything else works.
+func TestSearchOff(t *testing.T) {
+	dataDir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	server := testenv.StartChatd(t, dataDir, []string{"CHAT_SEARCH_DIR=off"})
+	defer stopChatd(t, server)
+	token, _, err := client.Login(ctx, nil, "http://"+server.Addr, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := client.Dial(ctx, "ws://"+server.Addr+"/ws", token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	_, err = alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeSearch, Query: "anything"})
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Code != protocol.CodeUnavailable {
+		t.Fatalf("search with search off: %v; want unavailable", err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "search")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a search directory exists with search off (%v)", err)
 	}
 }
 
