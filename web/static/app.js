@@ -23,6 +23,7 @@ import {
 } from './menus.js';
 import { jumpToLatest, updateCue } from './messages.js';
 import { setNotify, toggleMute } from './notifications.js';
+import { setPreview, setPush } from './push.js';
 import { flushReadUnloading, markVisibleRead } from './reads.js';
 import { loadAuth, showLogin, signIn, signOutHere, start } from './session.js';
 import { blockFromSettings, openSettings, saveName, setPresenceShown, setReceipts } from './settings.js';
@@ -58,6 +59,8 @@ ui.editCancel.addEventListener('click', () => cancelEdit());
 ui.msgMenu.addEventListener('click', reactFromMenu);
 ui.presenceSwitch.addEventListener('change', setPresenceShown);
 ui.notifySwitch.addEventListener('change', setNotify);
+ui.pushSwitch.addEventListener('change', setPush);
+ui.previewSwitch.addEventListener('change', setPreview);
 ui.menuMute.addEventListener('click', toggleMute);
 ui.replyCancel.addEventListener('click', cancelReply);
 ui.addMembersForm.addEventListener('submit', addMembers);

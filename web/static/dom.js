@@ -37,6 +37,7 @@ export const ui = {
   openSettings: $('open-settings'), settings: $('settings'), receiptsSwitch: $('receipts-switch'),
   receiptsStatus: $('receipts-status'), blockedList: $('blocked-list'), blockedEmpty: $('blocked-empty'),
   blockForm: $('block-form'), blockUser: $('block-user'), settingsError: $('settings-error'),
+  pushSwitch: $('push-switch'), pushStatus: $('push-status'), previewSwitch: $('preview-switch'), previewStatus: $('preview-status'),
 };
 
 export function h(tag, attrs, ...children) {

@@ -5,6 +5,7 @@ import { announce, ui } from './dom.js';
 import { renderConvList } from './list.js';
 import { closeMenus } from './menus.js';
 import { convTitle, nameOf } from './names.js';
+import { syncMuted } from './push.js';
 import { MUTED_KEY, NOTIFY_BODY_CHARS, NOTIFY_KEY, me, openConv, store } from './state.js';
 
 // ---- Desktop notifications ------------------------------------------------------------------
@@ -66,6 +67,7 @@ export function toggleMute() {
   const muted = mutedSet();
   if (muted.has(c.id)) muted.delete(c.id); else muted.add(c.id);
   localStorage.setItem(MUTED_KEY + me(), JSON.stringify([...muted]));
+  syncMuted();
   announce(muted.has(c.id) ? `${convTitle(c)} muted` : `${convTitle(c)} unmuted`);
   renderConvList();
 }
