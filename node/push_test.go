@@ -274,3 +274,45 @@ func TestWebPushWaitsWhileOnlineOnAnotherNode(t *testing.T) {
 		t.Fatalf("bob's notifications %+v (carol's %+v); want one, of the second message, counting both unread", got, first[0])
 	}
 }
+
+// TestWebPushLeavesOutAMessageDeletedBeforeItLeaves: alice deletes her second message within
+// the window; bob's notification shows the first, and one deleted alone notifies nothing.
+func TestWebPushLeavesOutAMessageDeletedBeforeItLeaves(t *testing.T) {
+	n, _ := pushNode(t)
+	ps := testenv.NewPushService(t)
+	ctx := ctxT(t, time.Minute)
+	alice := testenv.Connect(t, n.URL(), "alice")
+	bobSub, _ := subscribeDevice(t, n, ps, "bob")
+	carolSub, _ := subscribeDevice(t, n, ps, "carol")
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := func(seq int64) {
+		t.Helper()
+		if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: dm.ID, Seq: seq}); err != nil {
+			t.Fatalf("delete %d: %v", seq, err)
+		}
+	}
+	mustSend(t, alice, dm.ID, "keep this")
+	mustSend(t, alice, dm.ID, "oops")
+	del(2)
+	got := waitPushes(t, ps, bobSub, 1, "bob")
+	if got[0].Seq != 1 || got[0].Body != "keep this" || got[0].Count != 1 {
+		t.Fatalf("bob's notification %+v; want the first message only", got[0])
+	}
+
+	// A window of nothing but a deleted message: carol's DM, worked out after it by the single
+	// worker, is the marker.
+	mustSend(t, alice, dm.ID, "oops again")
+	del(3)
+	carolDM, err := alice.OpenDM(ctx, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSend(t, alice, carolDM.ID, "marker")
+	waitPushes(t, ps, carolSub, 1, "carol")
+	if got := payloads(t, ps, bobSub); len(got) != 1 {
+		t.Fatalf("bob got %d notifications; want 1 (the deleted message notifies nothing): %+v", len(got), got)
+	}
+}
