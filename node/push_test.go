@@ -231,3 +231,88 @@ func TestWebPushRetriesAFailingPushServiceAndWithdrawsWhatAReadCovers(t *testing
 		t.Fatalf("bob's phone got %d pushes; want 2 (nothing while he is online)", got)
 	}
 }
+
+// TestWebPushWaitsWhileOnlineOnAnotherNode: bob's only socket is on the other node of the
+// cluster, so alice's group message, whichever node owns the group, notifies carol (offline) and
+// not bob; once he is gone, her next message notifies him of both unread messages.
+func TestWebPushWaitsWhileOnlineOnAnotherNode(t *testing.T) {
+	pub, priv, err := push.GenerateVAPIDKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.NewEnv(t)
+	nodes := make([]*testenv.Node, 2)
+	for i := range nodes {
+		cfg := env.NodeConfig()
+		cfg.NodeID = fmt.Sprintf("push-%c", 'a'+i)
+		cfg.Sequencer.Partitions = blockPartitions
+		cfg.Push = push.Config{VAPIDPublicKey: pub, VAPIDPrivateKey: priv, Window: pushWindow, Workers: 1, AllowHTTP: true}
+		nodes[i] = testenv.StartNode(t, cfg)
+	}
+	ps := testenv.NewPushService(t)
+	ctx := ctxT(t, time.Minute)
+	alice := testenv.Connect(t, nodes[0].URL(), "alice")
+	bob := testenv.Connect(t, nodes[1].URL(), "bob")
+	bobSub, _ := subscribeDevice(t, nodes[0], ps, "bob")
+	carolSub, _ := subscribeDevice(t, nodes[0], ps, "carol")
+	group, err := alice.CreateGroup(ctx, "three", []string{"bob", "carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One window, worked out for bob before carol (members in order): carol's push means bob's
+	// was decided.
+	mustSend(t, alice, group.ID, "while bob is on the other node")
+	first := waitPushes(t, ps, carolSub, 1, "carol, offline")
+	if posts := ps.Posts(bobSub); posts != 0 {
+		t.Fatalf("bob, online on the other node, got %d pushes", posts)
+	}
+	_ = bob.Close()
+	mustSend(t, alice, group.ID, "now that bob is gone")
+	got := waitPushes(t, ps, bobSub, 1, "bob after leaving")
+	// bob has read as much as carol: his notification counts one more unread than hers did.
+	if len(got) != 1 || got[0].Seq != first[0].Seq+1 || got[0].Count != first[0].Count+1 || got[0].FirstUnreadSeq != first[0].FirstUnreadSeq {
+		t.Fatalf("bob's notifications %+v (carol's %+v); want one, of the second message, counting both unread", got, first[0])
+	}
+}
+
+// TestWebPushLeavesOutAMessageDeletedBeforeItLeaves: alice deletes her second message within
+// the window; bob's notification shows the first, and one deleted alone notifies nothing.
+func TestWebPushLeavesOutAMessageDeletedBeforeItLeaves(t *testing.T) {
+	n, _ := pushNode(t)
+	ps := testenv.NewPushService(t)
+	ctx := ctxT(t, time.Minute)
+	alice := testenv.Connect(t, n.URL(), "alice")
+	bobSub, _ := subscribeDevice(t, n, ps, "bob")
+	carolSub, _ := subscribeDevice(t, n, ps, "carol")
+	dm, err := alice.OpenDM(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := func(seq int64) {
+		t.Helper()
+		if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeDeleteMessage, ConversationID: dm.ID, Seq: seq}); err != nil {
+			t.Fatalf("delete %d: %v", seq, err)
+		}
+	}
+	mustSend(t, alice, dm.ID, "keep this")
+	mustSend(t, alice, dm.ID, "oops")
+	del(2)
+	got := waitPushes(t, ps, bobSub, 1, "bob")
+	if got[0].Seq != 1 || got[0].Body != "keep this" || got[0].Count != 1 {
+		t.Fatalf("bob's notification %+v; want the first message only", got[0])
+	}
+
+	// A window of nothing but a deleted message: carol's DM, worked out after it by the single
+	// worker, is the marker.
+	mustSend(t, alice, dm.ID, "oops again")
+	del(3)
+	carolDM, err := alice.OpenDM(ctx, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSend(t, alice, carolDM.ID, "marker")
+	waitPushes(t, ps, carolSub, 1, "carol")
+	if got := payloads(t, ps, bobSub); len(got) != 1 {
+		t.Fatalf("bob got %d notifications; want 1 (the deleted message notifies nothing): %+v", len(got), got)
+	}
+}

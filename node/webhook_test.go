@@ -162,7 +162,9 @@ func TestOnlyAGroupsOwnerRegistersItsWebhooksOverTheAPI(t *testing.T) {
 		}
 	}
 	code, body := bearerCall(t, http.MethodGet, hooks(group.ID), aliceToken, "")
-	var list struct{ Webhooks []struct{ ID, URL, Secret, CreatedBy string } }
+	var list struct {
+		Webhooks []struct{ ID, URL, Secret, CreatedBy string }
+	}
 	if err := json.Unmarshal(body, &list); err != nil || code != http.StatusOK || len(list.Webhooks) != 1 ||
 		list.Webhooks[0].Secret != "" || list.Webhooks[0].CreatedBy != "alice" {
 		t.Fatalf("list: %d %s; want alice's one webhook, without its secret", code, body)

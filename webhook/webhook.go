@@ -306,8 +306,17 @@ func (dl *deliverer) run(ctx context.Context) {
 		var ev Event
 		select {
 		case ev = <-dl.events:
-		case <-ctx.Done():
-			return
+		default:
+			// Idle: the partition may move away and back meanwhile, and another owner deliver
+			// further; the burst that wakes this deliverer starts from the stored cursor.
+			select {
+			case ev = <-dl.events:
+			case <-ctx.Done():
+				return
+			}
+			if stored, err := dl.cursor(ctx); err == nil {
+				cur.Seq, cur.Version = max(cur.Seq, stored.Seq), max(cur.Version, stored.Version)
+			}
 		}
 		switch {
 		case ev.Event == EventMessage:

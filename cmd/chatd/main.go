@@ -138,6 +138,9 @@ func run(args []string, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if o.push.printKeys {
+		return printNewKeys(os.Stdout)
+	}
 	level, err := zerolog.ParseLevel(o.logLevel)
 	if err != nil {
 		return fmt.Errorf("log level %q: %w", o.logLevel, err)

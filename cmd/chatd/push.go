@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 // pushOptions are the Web Push settings.
 type pushOptions struct {
+	printKeys             bool
 	enabled               bool
 	publicKey, privateKey string
 	subject               string
@@ -34,8 +36,19 @@ func (p *pushOptions) register(fs *flag.FlagSet) error {
 	fs.StringVar(&p.publicKey, "vapid-public-key", env("CHAT_VAPID_PUBLIC_KEY", ""), "VAPID public key, base64url; the same on every node; empty: a pair generated and kept in the data directory (CHAT_VAPID_PUBLIC_KEY)")
 	fs.StringVar(&p.privateKey, "vapid-private-key", env("CHAT_VAPID_PRIVATE_KEY", ""), "VAPID private key, base64url, with -vapid-public-key (CHAT_VAPID_PRIVATE_KEY)")
 	fs.StringVar(&p.subject, "vapid-subject", env("CHAT_VAPID_SUBJECT", push.DefaultSubject), "contact push services see in each push, a mailto: or https: URL (CHAT_VAPID_SUBJECT)")
+	fs.BoolVar(&p.printKeys, "print-vapid-keys", false, "print a new VAPID key pair as CHAT_VAPID_PUBLIC_KEY and CHAT_VAPID_PRIVATE_KEY lines, and exit")
 	fs.DurationVar(&p.window, "push-window", window, "messages of a conversation within this time become one notification (CHAT_PUSH_WINDOW)")
 	return nil
+}
+
+// printNewKeys writes a new VAPID key pair to w as environment lines, for a cluster's nodes.
+func printNewKeys(w io.Writer) error {
+	pub, priv, err := push.GenerateVAPIDKeys()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "CHAT_VAPID_PUBLIC_KEY=%s\nCHAT_VAPID_PRIVATE_KEY=%s\n", pub, priv)
+	return err
 }
 
 // config is the notifier's configuration: off, the configured key pair, or the pair kept in the

@@ -28,6 +28,7 @@ import {
 import { jumpToLatest, updateCue } from './messages.js';
 import { closeMentions, onMentionInput, onMentionKey } from './mentions.js';
 import { setConvNotify, setNotify } from './notifications.js';
+import { setPreview, setPush } from './push.js';
 import { flushReadUnloading, markVisibleRead } from './reads.js';
 import { loadAuth, showLogin, signIn, signOutHere, start } from './session.js';
 import { searchEverywhere, searchHere, searchMore, submitSearch } from './search.js';
@@ -88,6 +89,8 @@ ui.menuSearch.addEventListener('click', searchHere);
 ui.searchForm.addEventListener('submit', submitSearch);
 ui.searchMore.addEventListener('click', searchMore);
 ui.searchScopeClear.addEventListener('click', searchEverywhere);
+ui.pushSwitch.addEventListener('change', setPush);
+ui.previewSwitch.addEventListener('change', setPreview);
 ui.replyCancel.addEventListener('click', cancelReply);
 ui.addMembersForm.addEventListener('submit', addMembers);
 ui.receiptsSwitch.addEventListener('change', setReceipts);

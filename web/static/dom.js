@@ -54,6 +54,7 @@ export const ui = {
   uploadTray: $('upload-tray'), attach: $('attach'), fileInput: $('file-input'), imageViewer: $('image-viewer'),
   imageFull: $('image-full'), imageTitle: $('image-title'), imageClose: $('image-close'),
   bannedList: $('banned-list'), bannedEmpty: $('banned-empty'),
+  pushSwitch: $('push-switch'), pushStatus: $('push-status'), previewSwitch: $('preview-switch'), previewStatus: $('preview-status'),
 };
 
 export function h(tag, attrs, ...children) {

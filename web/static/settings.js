@@ -7,6 +7,7 @@ import { announce, h, reconcile, ui } from './dom.js';
 import { PICK_SOMEONE, blockFinder } from './finder.js';
 import { failureText, nameOf, namesChanged } from './names.js';
 import { notifyOn } from './notifications.js';
+import { openPushSettings } from './push.js';
 import { PRESENCE_KEY, PRIVACY_KEY, me, shown, store } from './state.js';
 
 // ---- Your name ----------------------------------------------------------------------------
@@ -66,6 +67,7 @@ export function openSettings() {
   ui.presenceStatus.textContent = '';
   ui.notifySwitch.checked = notifyOn();
   ui.notifyStatus.textContent = '';
+  openPushSettings();
   ui.nameInput.value = store.auth.name || '';
   ui.nameStatus.textContent = '';
   renderBlocks();
