@@ -117,9 +117,11 @@ func (s *messaging) listConversations(ctx context.Context, userID string, syncin
 			return nil, err
 		}
 	}
-	notify, err := s.store.NotifySettings(ctx, userID)
-	if err != nil {
-		return nil, fmt.Errorf("load notification settings of %s: %w", userID, err)
+	var notify map[string]string
+	if len(convs) > 0 { // the settings are per conversation
+		if notify, err = s.store.NotifySettings(ctx, userID); err != nil {
+			return nil, fmt.Errorf("load notification settings of %s: %w", userID, err)
+		}
 	}
 	views := make([]protocol.Conversation, 0, len(convs))
 	for _, c := range convs {

@@ -19,7 +19,7 @@ import (
 )
 
 // TestMain fails the package if a test leaves a coalescer's flush loop running.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
 
 // noWindow is a window no test outlasts: the ticker never flushes, so only the test's own calls
 // write.

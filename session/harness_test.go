@@ -14,7 +14,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/session"
@@ -24,7 +23,7 @@ import (
 
 // TestMain fails the package if any test leaves a goroutine behind: no session goroutine may
 // outlive Serve.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.VerifyTestMain(m) }
 
 // pollTimeout bounds every wait in these tests. They finish in milliseconds when the code works;
 // the margin is for a loaded machine running the race detector.
