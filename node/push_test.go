@@ -215,7 +215,8 @@ func pushTrio(t *testing.T) (n *testenv.Node, ps *testenv.PushService, alice *cl
 
 // TestWebPushForMentionsOnlyNotifiesOfMentions: bob hears only mentions in the group, so a
 // window without one that names him sends him nothing, and a window with one shows that message
-// (not the newer plain one) and counts every unread message. carol, notified for all, is the
+// (not the newer plain one) and counts every unread message, and a mention edited away within the
+// window sends nothing. carol, notified for all, is the
 // marker: members are worked out in order, so her push means bob's was decided.
 func TestWebPushForMentionsOnlyNotifiesOfMentions(t *testing.T) {
 	n, ps, alice, bobSub, carolSub := pushTrio(t)
@@ -241,6 +242,24 @@ func TestWebPushForMentionsOnlyNotifiesOfMentions(t *testing.T) {
 		ConversationName: "team", SenderID: "alice", SenderName: "alice", Body: mention}
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("bob's notifications:\n got %+v\nwant [%+v]", got, want)
+	}
+
+	// A mention edited away before the window ends notifies him of nothing; carol's notification
+	// shows the new text.
+	waitPushes(t, ps, carolSub, 2, "carol after the second window")
+	ack, err := alice.Send(ctx, group.ID, message.MentionToken("bob")+" wrong person")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := message.MentionToken("carol") + " right person"
+	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: group.ID, Seq: ack.Seq, Body: edited}); err != nil {
+		t.Fatal(err)
+	}
+	if carolGot := waitPushes(t, ps, carolSub, 3, "carol after the edit"); carolGot[2].Body != edited {
+		t.Fatalf("carol's notification of the edited message: %+v; want the new text", carolGot[2])
+	}
+	if got := payloads(t, ps, bobSub); len(got) != 1 {
+		t.Fatalf("bob got %d notifications; want 1 (his mention was edited away): %+v", len(got), got)
 	}
 }
 
