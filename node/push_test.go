@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chatd/chatd/client"
+	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/push"
 	"github.com/chatd/chatd/testenv"
@@ -137,14 +138,20 @@ func TestWebPushReachesOfflineDevicesOncePerBurst(t *testing.T) {
 		t.Fatalf("alice's notification of the group: %+v", aliceGot[0])
 	}
 
-	// A muted conversation is silent: bob mutes the DM, alice writes in it, and then carol writes
-	// to alice; the single worker sends alice's notification only after the DM's was worked out.
-	settings, _ := json.Marshal(push.Settings{Preview: false, Muted: []string{dm.ID}})
-	if code := pushAPI(t, n, bobToken, http.MethodPut, "/api/push/settings", settings); code != http.StatusNoContent {
-		t.Fatalf("mute: status %d", code)
+	// A conversation set to notify for nothing is silent: bob sets the DM so (set_notify, the
+	// setting every device of his follows) and turns previews off with the body of earlier
+	// versions, whose "muted" list is ignored; alice writes in the DM, and then carol writes to
+	// alice: the single worker sends alice's notification only after the DM's was worked out.
+	setNotify(t, n, "bob", dm.ID, protocol.NotifyNothing)
+	oldBody := `{"preview": false, "muted": ["` + dm.ID + `"]}`
+	if code := pushAPI(t, n, bobToken, http.MethodPut, "/api/push/settings", []byte(oldBody)); code != http.StatusNoContent {
+		t.Fatalf("settings with the old muted list: status %d", code)
+	}
+	if code, body := bearerCall(t, http.MethodGet, n.URL()+"/api/push/settings", bobToken, ""); code != http.StatusOK || string(body) != `{"preview":false}`+"\n" {
+		t.Fatalf("settings read back: %d %q; want only the preview, off", code, body)
 	}
 	alice = testenv.Connect(t, n.URL(), "alice")
-	mustSend(t, alice, dm.ID, "while muted")
+	mustSend(t, alice, dm.ID, "while set to nothing")
 	_ = alice.Close()
 	carolDM, err := carol.OpenDM(ctx, "alice")
 	if err != nil {
@@ -153,7 +160,7 @@ func TestWebPushReachesOfflineDevicesOncePerBurst(t *testing.T) {
 	mustSend(t, carol, carolDM.ID, "marker")
 	waitPushes(t, ps, aliceSub, 2, "alice after carol's DM")
 	if got := payloads(t, ps, bobSub); len(got) != 1 {
-		t.Fatalf("bob got %d notifications; want only the first (blocked sender, muted DM): %+v", len(got), got)
+		t.Fatalf("bob got %d notifications; want only the first (blocked sender, DM set to nothing): %+v", len(got), got)
 	}
 	for _, p := range payloads(t, ps, aliceSub) {
 		if p.SenderID == "alice" {
@@ -161,17 +168,14 @@ func TestWebPushReachesOfflineDevicesOncePerBurst(t *testing.T) {
 		}
 	}
 
-	// Without previews a notification carries no text; a 410 removes the subscription, and the
-	// next message does not reach the push service at all.
-	settings, _ = json.Marshal(push.Settings{Preview: false})
-	if code := pushAPI(t, n, bobToken, http.MethodPut, "/api/push/settings", settings); code != http.StatusNoContent {
-		t.Fatalf("unmute: status %d", code)
-	}
+	// Back to all, still without previews: a notification carries no text; a 410 removes the
+	// subscription, and the next message does not reach the push service at all.
+	setNotify(t, n, "bob", dm.ID, protocol.NotifyAll)
 	alice = testenv.Connect(t, n.URL(), "alice")
-	mustSend(t, alice, dm.ID, "after unmuting")
-	got = waitPushes(t, ps, bobSub, 2, "bob after unmuting")
+	mustSend(t, alice, dm.ID, "after notifying for all again")
+	got = waitPushes(t, ps, bobSub, 2, "bob after notifying for all again")
 	if got[1].Body != "" || got[1].Count != 5 || got[1].Seq != 5 {
-		t.Fatalf("bob's notification without preview: %+v; want no body, 5 unread (the muted one too), seq 5", got[1])
+		t.Fatalf("bob's notification without preview: %+v; want no body, 5 unread (the silenced one too), seq 5", got[1])
 	}
 	ps.Answer(bobSub, http.StatusGone)
 	mustSend(t, alice, dm.ID, "to a gone device")
@@ -183,6 +187,79 @@ func TestWebPushReachesOfflineDevicesOncePerBurst(t *testing.T) {
 	waitPushes(t, ps, aliceSub, 3, "alice after carol's group marker")
 	if got := ps.Posts(bobSub); got != posts {
 		t.Fatalf("bob's removed subscription got %d more pushes", got-posts)
+	}
+}
+
+// setNotify connects name, sets their notify setting for conv (set_notify) and closes the
+// socket again.
+func setNotify(t *testing.T, n *testenv.Node, name, conv, level string) {
+	t.Helper()
+	c := testenv.Connect(t, n.URL(), name)
+	if _, err := c.Request(ctxT(t, 10*time.Second), protocol.ClientFrame{Type: protocol.TypeSetNotify, ConversationID: conv, Notify: level}); err != nil {
+		t.Fatalf("%s: set_notify %s: %v", name, level, err)
+	}
+	_ = c.Close()
+}
+
+// pushTrio starts a push node and a push service, connects alice and subscribes a device each
+// of bob and carol, who have no socket.
+func pushTrio(t *testing.T) (n *testenv.Node, ps *testenv.PushService, alice *client.Conn, bobSub, carolSub *testenv.PushSubscription) {
+	t.Helper()
+	n, _ = pushNode(t)
+	ps = testenv.NewPushService(t)
+	alice = testenv.Connect(t, n.URL(), "alice")
+	bobSub, _ = subscribeDevice(t, n, ps, "bob")
+	carolSub, _ = subscribeDevice(t, n, ps, "carol")
+	return n, ps, alice, bobSub, carolSub
+}
+
+// TestWebPushForMentionsOnlyNotifiesOfMentions: bob hears only mentions in the group, so a
+// window without one that names him sends him nothing, and a window with one shows that message
+// (not the newer plain one) and counts every unread message, and a mention edited away within the
+// window sends nothing. carol, notified for all, is the
+// marker: members are worked out in order, so her push means bob's was decided.
+func TestWebPushForMentionsOnlyNotifiesOfMentions(t *testing.T) {
+	n, ps, alice, bobSub, carolSub := pushTrio(t)
+	ctx := ctxT(t, time.Minute)
+	group, err := alice.CreateGroup(ctx, "team", []string{"bob", "carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setNotify(t, n, "bob", group.ID, protocol.NotifyMentions)
+
+	mustSend(t, alice, group.ID, "no mention here")
+	mustSend(t, alice, group.ID, message.MentionToken("carol")+" just you")
+	waitPushes(t, ps, carolSub, 1, "carol after the first window")
+	if got := payloads(t, ps, bobSub); len(got) != 0 {
+		t.Fatalf("bob, mentions only, got %d notifications of messages that do not mention him: %+v", len(got), got)
+	}
+
+	mention := "over to you, " + message.MentionToken("bob")
+	mustSend(t, alice, group.ID, mention)
+	mustSend(t, alice, group.ID, "and a plain line after it")
+	got := waitPushes(t, ps, bobSub, 1, "bob after his mention")
+	want := push.Payload{Type: push.PayloadMessage, ConversationID: group.ID, Tag: group.ID, Seq: 3, FirstUnreadSeq: 1, Count: 3,
+		ConversationName: "team", SenderID: "alice", SenderName: "alice", Body: mention}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("bob's notifications:\n got %+v\nwant [%+v]", got, want)
+	}
+
+	// A mention edited away before the window ends notifies him of nothing; carol's notification
+	// shows the new text.
+	waitPushes(t, ps, carolSub, 2, "carol after the second window")
+	ack, err := alice.Send(ctx, group.ID, message.MentionToken("bob")+" wrong person")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := message.MentionToken("carol") + " right person"
+	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: group.ID, Seq: ack.Seq, Body: edited}); err != nil {
+		t.Fatal(err)
+	}
+	if carolGot := waitPushes(t, ps, carolSub, 3, "carol after the edit"); carolGot[2].Body != edited {
+		t.Fatalf("carol's notification of the edited message: %+v; want the new text", carolGot[2])
+	}
+	if got := payloads(t, ps, bobSub); len(got) != 1 {
+		t.Fatalf("bob got %d notifications; want 1 (his mention was edited away): %+v", len(got), got)
 	}
 }
 
@@ -278,12 +355,8 @@ func TestWebPushWaitsWhileOnlineOnAnotherNode(t *testing.T) {
 // TestWebPushLeavesOutAMessageDeletedBeforeItLeaves: alice deletes her second message within
 // the window; bob's notification shows the first, and one deleted alone notifies nothing.
 func TestWebPushLeavesOutAMessageDeletedBeforeItLeaves(t *testing.T) {
-	n, _ := pushNode(t)
-	ps := testenv.NewPushService(t)
+	_, ps, alice, bobSub, carolSub := pushTrio(t)
 	ctx := ctxT(t, time.Minute)
-	alice := testenv.Connect(t, n.URL(), "alice")
-	bobSub, _ := subscribeDevice(t, n, ps, "bob")
-	carolSub, _ := subscribeDevice(t, n, ps, "carol")
 	dm, err := alice.OpenDM(ctx, "bob")
 	if err != nil {
 		t.Fatal(err)

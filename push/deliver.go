@@ -103,23 +103,27 @@ func (n *Notifier) online(p storage.Presence) bool {
 	})
 }
 
-// silenced reports whether a user hears nothing of a conversation.
-//
-// This is the seam for per-conversation notification levels (all / mentions / nothing, issue 35):
-// until they exist, a conversation the user muted in their push settings, and one they deleted
-// for themselves and have not read since (its cursor's HiddenSeq at or past its ReadSeq), are
-// "nothing", every other is "all".
-func silenced(set storage.PushSettings, cur storage.Cursor) bool {
-	return slices.Contains(set.Muted, cur.ConversationID) || (cur.HiddenSeq > 0 && cur.HiddenSeq >= cur.ReadSeq)
+// hears returns how much of a conversation a user is notified of: their notify setting for it
+// (set_notify; protocol.NotifyAll when none is stored), except that a conversation they deleted
+// for themselves and have not read since (its cursor's HiddenSeq at or past its ReadSeq) is
+// protocol.NotifyNothing, as the page shows nothing of it either.
+func hears(notify map[string]string, cur storage.Cursor) string {
+	if cur.HiddenSeq > 0 && cur.HiddenSeq >= cur.ReadSeq {
+		return protocol.NotifyNothing
+	}
+	if level := notify[cur.ConversationID]; level != "" {
+		return level
+	}
+	return protocol.NotifyAll
 }
 
 // notify sends user's devices the notification of msgs they should see: not their own, not of a
-// sender they block, none they have read or were shown already, nothing if they silenced the
-// conversation.
+// sender they block, none they have read or were shown already; nothing if they hear nothing of
+// the conversation, and only the messages that mention them if they hear only mentions.
 func (n *Notifier) notify(ctx context.Context, conv storage.Conversation, user string, devices []storage.PushSubscription, msgs []protocol.Message) error {
 	sctx, cancel := storeCtx(ctx)
 	defer cancel()
-	set, err := n.store.PushSettingsOf(sctx, user)
+	notify, err := n.store.NotifySettings(sctx, user)
 	if err != nil {
 		return err
 	}
@@ -127,7 +131,8 @@ func (n *Notifier) notify(ctx context.Context, conv storage.Conversation, user s
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil // no longer a member
 	}
-	if err != nil || silenced(set, cur) {
+	level := hears(notify, cur)
+	if err != nil || level == protocol.NotifyNothing {
 		return err
 	}
 	blocked, err := n.store.BlocksOf(sctx, user)
@@ -141,11 +146,19 @@ func (n *Notifier) notify(ctx context.Context, conv storage.Conversation, user s
 	readSeq := conv.ReadSeq(user, cur)
 	shown := max(readSeq, notice.ToSeq)
 	fresh := slices.DeleteFunc(slices.Clone(msgs), func(m protocol.Message) bool {
-		return m.Seq <= shown || m.SenderID == user || slices.Contains(blocked, m.SenderID)
+		return m.Seq <= shown || m.SenderID == user || slices.Contains(blocked, m.SenderID) ||
+			(level == protocol.NotifyMentions && !slices.Contains(m.Mentions, user))
 	})
 	if len(fresh) == 0 {
 		return nil
 	}
+	set, err := n.store.PushSettingsOf(sctx, user)
+	if err != nil {
+		return err
+	}
+	// The newest message they should see; with mentions only, the newest that mentions them.
+	// Count stays the unread count up to it, and a click opens at the first unread, as the
+	// conversation's badge and the page do.
 	last := fresh[len(fresh)-1]
 	p := Payload{Type: PayloadMessage, ConversationID: conv.ID, Tag: conv.ID, Seq: last.Seq,
 		FirstUnreadSeq: readSeq + 1, Count: storage.Unread(last.Seq, readSeq, conv.DeletedSeqs), SenderID: last.SenderID}

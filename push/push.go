@@ -140,6 +140,7 @@ type Store interface {
 	PushSubscriptionsOf(ctx context.Context, users []string) (map[string][]storage.PushSubscription, error)
 	SavePushSubscription(ctx context.Context, sub storage.PushSubscription) error
 	DeletePushSubscription(ctx context.Context, userID, deviceID, endpoint string) error
+	NotifySettings(ctx context.Context, userID string) (map[string]string, error)
 	PushSettingsOf(ctx context.Context, userID string) (storage.PushSettings, error)
 	SetPushSettings(ctx context.Context, userID string, set storage.PushSettings) error
 	PushNoticeOf(ctx context.Context, userID, conversationID string) (storage.PushNotice, error)

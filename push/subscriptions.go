@@ -12,13 +12,8 @@ import (
 	"github.com/chatd/chatd/storage"
 )
 
-// Bounds of what a page may store.
-const (
-	// maxEndpoint bounds a push endpoint URL; real ones are under 512 bytes.
-	maxEndpoint = 2048
-	// maxMuted bounds the conversations one user mutes.
-	maxMuted = 1000
-)
+// maxEndpoint bounds a push endpoint URL a page may store; real ones are under 512 bytes.
+const maxEndpoint = 2048
 
 // deviceID is what a page names its device with: short, and safe in a document id.
 var deviceID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -70,12 +65,12 @@ func (n *Notifier) Unsubscribe(ctx context.Context, userID, device string) error
 	return n.store.DeletePushSubscription(ctx, userID, device, "")
 }
 
-// Settings are a user's notification settings as the API shows them.
+// Settings are a user's notification settings as the API shows them. Which conversations
+// notify at all is each conversation's notify setting (set_notify), not a push setting; a body
+// that still carries the "muted" list of earlier versions has it ignored, as any unknown field.
 type Settings struct {
 	// Preview shows the message's text in a notification; false shows only "New message".
 	Preview bool `json:"preview"`
-	// Muted are conversations the user hears nothing of.
-	Muted []string `json:"muted"`
 }
 
 // Settings returns a user's notification settings.
@@ -84,14 +79,10 @@ func (n *Notifier) Settings(ctx context.Context, userID string) (Settings, error
 	if err != nil {
 		return Settings{}, err
 	}
-	return Settings{Preview: set.Preview, Muted: append([]string{}, set.Muted...)}, nil
+	return Settings{Preview: set.Preview}, nil
 }
 
 // SetSettings replaces a user's notification settings.
 func (n *Notifier) SetSettings(ctx context.Context, userID string, set Settings) error {
-	if len(set.Muted) > maxMuted {
-		return protocol.Refuse(protocol.ErrLimit, "at most %d conversations can be muted", maxMuted)
-	}
-	muted := slices.Compact(slices.Sorted(slices.Values(set.Muted)))
-	return n.store.SetPushSettings(ctx, userID, storage.PushSettings{Preview: set.Preview, Muted: muted})
+	return n.store.SetPushSettings(ctx, userID, storage.PushSettings{Preview: set.Preview})
 }

@@ -1,7 +1,9 @@
 package push
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/chatd/chatd/message"
@@ -46,17 +48,27 @@ func (n *Notifier) Stored(m protocol.Message) {
 	w.msgs = append(w.msgs, m)
 }
 
-// Changed notes a deletion for everyone of a message still gathering: it is not notified.
+// Changed notes a deletion for everyone of a message still gathering (it is not notified), and
+// an edit's new text and mentions (the notification shows the text, and a member who hears only
+// mentions hears of the message only if the text mentions them when the window ends).
 // Deletions after the window ended are caught by the conversation's deleted seqs, read when the
 // notification is worked out.
 func (n *Notifier) Changed(c sequencer.Change) {
-	if c.Op != message.OpDelete {
+	if c.Op != message.OpDelete && c.Op != message.OpEdit {
 		return
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if w, ok := n.open[c.ConversationID]; ok {
+	w, ok := n.open[c.ConversationID]
+	if !ok {
+		return
+	}
+	if c.Op == message.OpDelete {
 		w.deleted[c.Seq] = true
+		return
+	}
+	if i, found := slices.BinarySearchFunc(w.msgs, c.Seq, func(m protocol.Message, seq int64) int { return cmp.Compare(m.Seq, seq) }); found {
+		w.msgs[i].Body, w.msgs[i].Mentions = c.Body, c.Mentions
 	}
 }
 

@@ -11,8 +11,9 @@ import (
 	"github.com/chatd/chatd/push"
 )
 
-// maxPushBody bounds the JSON body of a push subscription or of push settings (a thousand muted
-// conversations of 64-byte ids fit).
+// maxPushBody bounds the JSON body of a push subscription (under 2.5 KB) or of push settings; a
+// settings body of earlier versions, with up to a thousand muted conversation ids (ignored now),
+// still fits.
 const maxPushBody = 80 << 10
 
 // Push is what the Web Push endpoints need; push.Notifier implements it.

@@ -34,15 +34,15 @@ type PushSubscription struct {
 	CreatedAt time.Time `bson:"createdAt"`
 }
 
-// PushSettings are a user's notification settings: whether a notification shows the message's
-// text, and the conversations they hear nothing of.
+// PushSettings are a user's Web Push settings: whether a notification shows the message's text.
+// (Which conversations notify is their notify setting, notifySettings. A "muted" list stored by
+// earlier versions is not decoded, and goes with the next write of the settings.)
 type PushSettings struct {
-	Preview bool     `bson:"preview"`
-	Muted   []string `bson:"muted,omitempty"`
+	Preview bool `bson:"preview"`
 }
 
-// DefaultPushSettings are the settings of a user who never changed them: text shown, nothing
-// muted (what the common chat products do).
+// DefaultPushSettings are the settings of a user who never changed them: text shown (what the
+// common chat products do).
 var DefaultPushSettings = PushSettings{Preview: true}
 
 // PushNotice says a notification of a conversation is showing on a user's devices, up to which

@@ -1,6 +1,6 @@
 // Web Push on this device: after the user's click in settings, the service worker (sw.js) is
 // registered and this device's push subscription handed to the server; whether notifications
-// show the text; muted conversations told to the server; and opening the conversation a
+// show the text (the server-side preview setting); and opening the conversation a
 // notification was clicked for.
 
 import { openConversation } from './conversation.js';
