@@ -20,7 +20,9 @@ import (
 // seedMessages stores n messages from sender in conversation conv directly, as a long history.
 func seedMessages(t *testing.T, store *storage.Store, conv, sender string, n int) {
 	t.Helper()
-	ctx := ctxT(t, time.Minute)
+	// 100,000 messages take the store half a minute alone, and several times that while the rest
+	// of the suite shares its two cores.
+	ctx := ctxT(t, 4*time.Minute)
 	// Batches of four whole buckets, which the insert seals: each stays well inside the store's
 	// operation timeout on a loaded machine.
 	const batchSize = 4 * storage.BucketSize
