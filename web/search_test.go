@@ -97,7 +97,7 @@ func TestSearchFromTheListOpensTheHitInPlace(t *testing.T) {
 
 // TestMentionOffersMembersAndHighlightsThem: in a group, alice types "@Jo" in the composer; the
 // page offers José by his display name, and Enter puts his mention in the draft. The message
-// sent shows "@José" on both screens, highlighted on his.
+// sent shows "@José" on both screens, highlighted on his, and his list's preview says "@José" too.
 func TestMentionOffersMembersAndHighlightsThem(t *testing.T) {
 	n := searchNode(t)
 	b := newBrowser(t)
@@ -122,6 +122,7 @@ func TestMentionOffersMembersAndHighlightsThem(t *testing.T) {
 	jose.clickConversation("Team")
 	jose.waitFor("the mention highlighted for José", `(s => !!s && s.textContent === '@José')(document.querySelector('#messages .mention.mention-me'))`)
 	alice.waitFor("the mention shown as his name for alice, not highlighted", `(s => !!s && s.textContent === '@José' && !s.classList.contains('mention-me'))(document.querySelector('#messages .mention'))`)
+	jose.waitFor("the list's preview showing the mention as his name, not its token", fmt.Sprintf(`(e => !!e && e.textContent === 'alice: look @José please')(document.querySelector(%q))`, convButton("Team")+" .conv-sub"))
 	jose.screenshot("35-mention-highlighted")
 }
 

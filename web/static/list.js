@@ -7,7 +7,7 @@ import { h, reconcile, ui } from './dom.js';
 import { attachmentLabel } from './files.js';
 import { PICK_SOMEONE, dmFinder, groupFinder, groupPicks, membersTyped } from './finder.js';
 import { renderGroupInfo } from './groupinfo.js';
-import { convTitle, errorText, nameOf, systemText } from './names.js';
+import { convTitle, errorText, mentionsAsNames, nameOf, systemText } from './names.js';
 import { FAVICON_PX, dayLabel, initial, me, shown, store } from './state.js';
 
 // ---- Conversation list -----------------------------------------------------------------------
@@ -189,7 +189,7 @@ function previewText(c) {
   if (!m) return '';
   if (m.kind === 'deleted') return 'This message was deleted';
   if (m.kind === 'system') return systemText(c, m);
-  return `${m.senderId === me() ? 'You' : nameOf(m.senderId)}: ${m.body || attachmentLabel(m.attachment)}`;
+  return `${m.senderId === me() ? 'You' : nameOf(m.senderId)}: ${mentionsAsNames(m.body || '') || attachmentLabel(m.attachment)}`;
 }
 
 // listTime says when the newest message came: the time today, "Yesterday", the weekday within

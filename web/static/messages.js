@@ -5,7 +5,7 @@ import { attemptSend, discardPending, pending, renderReplyBar } from './composer
 import { jumpTo, maybeLoadMore, nearBottom, replaceWindow } from './conversation.js';
 import { flash, h, morph, reconcile, ui } from './dom.js';
 import { attachmentLabel, filesOf, firstAttachment, renderTray } from './files.js';
-import { nameOf, systemText } from './names.js';
+import { MENTION_TOKEN, nameOf, systemText } from './names.js';
 import { markVisibleRead, observeMessages, seenSeq } from './reads.js';
 import {
   LONG_BODY_CHARS, LONG_BODY_LINES, PREVIEW_CHARS, PREVIEW_LINES, QUOTE_CHARS, dayKey, dayLabel,
@@ -264,7 +264,6 @@ function linkify(text) {
 // withMentions shows the tokens of the members m mentions (docs/PROTOCOL.md, Mentions) as their
 // current display names, the viewer's own highlighted, and the rest of the text as linkify does;
 // a token of anyone else stays text.
-const MENTION_TOKEN = /@\[([a-z0-9][a-z0-9_-]{0,63})\]/g;
 function withMentions(text, m) {
   const mentioned = m.mentions || [];
   if (!mentioned.length) return linkify(text);

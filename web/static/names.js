@@ -31,6 +31,15 @@ export function nameOf(userId) {
   return p.name || userId;
 }
 
+// MENTION_TOKEN is a mention in a message's text: @[userId] (docs/PROTOCOL.md, Mentions).
+export const MENTION_TOKEN = /@\[([a-z0-9][a-z0-9_-]{0,63})\]/g;
+
+// mentionsAsNames is text with every mention token shown as "@" and the user's display name, for
+// the places that show a message as plain text: the list's preview and a desktop notification.
+export function mentionsAsNames(text) {
+  return text.replace(MENTION_TOKEN, (_, id) => `@${nameOf(id)}`);
+}
+
 // wantNames notes ids whose names the page needs; one profiles request asks for them shortly.
 function wantNames(ids) {
   for (const id of ids) {

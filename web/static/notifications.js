@@ -5,7 +5,7 @@ import { request } from './connection.js';
 import { announce, ui } from './dom.js';
 import { attachmentLabel, firstAttachment } from './files.js';
 import { closeMenus, showNotice } from './menus.js';
-import { convTitle, failureText, nameOf } from './names.js';
+import { convTitle, failureText, mentionsAsNames, nameOf } from './names.js';
 import { NOTIFY_BODY_CHARS, NOTIFY_KEY, me, openConv, store } from './state.js';
 
 // ---- Desktop notifications ------------------------------------------------------------------
@@ -75,7 +75,7 @@ export function notifyDesktop(c, m) {
   if (!c || m.kind !== 'text' || document.visibilityState !== 'hidden' || !notifyOn() || c.notify === 'nothing') return;
   if (c.notify === 'mentions' && !(m.mentions || []).includes(me())) return;
   const title = c.kind === 'group' ? `${nameOf(m.senderId)} in ${convTitle(c)}` : nameOf(m.senderId);
-  const text = (m.body || attachmentLabel(firstAttachment(m))).replace(/\s+/g, ' ').trim();
+  const text = (mentionsAsNames(m.body || '') || attachmentLabel(firstAttachment(m))).replace(/\s+/g, ' ').trim();
   let n;
   try {
     n = new Notification(title, {
