@@ -458,18 +458,23 @@ func TestPresenceAcrossNodes(t *testing.T) {
 		t.Errorf("bob asks: alice is %+v; want online", p["alice"])
 	}
 
+	// recorded waits until alice's presence records name node (or, with held false, no longer
+	// do): presence is recorded off the connect and close paths.
+	recorded := func(node string, held bool) {
+		t.Helper()
+		testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			p, err := store.PresenceOf(ctx, []string{"alice"})
+			if err != nil {
+				return err
+			}
+			if slices.Contains(p["alice"].Nodes, node) != held {
+				return fmt.Errorf("alice's presence records name nodes %v; want %s there: %v", p["alice"].Nodes, node, held)
+			}
+			return nil
+		})
+	}
 	second := dialWith(t, b, tokens["alice"], nil) // her phone, on the other node
-	// Presence is recorded off the connect path: wait until node B has recorded her phone.
-	testenv.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		p, err := store.PresenceOf(ctx, []string{"alice"})
-		if err != nil {
-			return err
-		}
-		if !slices.Contains(p["alice"].Nodes, "rt-b") {
-			return fmt.Errorf("alice's presence records name nodes %v; want rt-b among them", p["alice"].Nodes)
-		}
-		return nil
-	})
+	recorded("rt-b", true)
 	mark := bob.len()
 	if err := alice.Close(); err != nil {
 		t.Fatal(err)
@@ -477,6 +482,10 @@ func TestPresenceAcrossNodes(t *testing.T) {
 	if p := ask("alice"); !p["alice"].Online {
 		t.Errorf("with her phone still connected alice is %+v; want online", p["alice"])
 	}
+	// Wait for node A to record her laptop gone, so that her last device leaving is the one
+	// change announced: were A's record still to come, both nodes could find her gone
+	// everywhere and each say so.
+	recorded("rt-a", false)
 	before := time.Now().Add(-time.Second)
 	if err := second.Close(); err != nil {
 		t.Fatal(err)
