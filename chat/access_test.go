@@ -255,7 +255,7 @@ func TestTooManyConnections(t *testing.T) {
 		conns = append(conns, ts.connect("alice"))
 	}
 	extra := &fakeConn{user: "alice"}
-	if _, err := ts.svc.Open(ts.ctx, extra); !errors.Is(err, protocol.ErrRateLimited) {
+	if _, err := ts.svc.Open(ts.ctx, extra, nil); !errors.Is(err, protocol.ErrRateLimited) {
 		t.Fatalf("fourth connection: got %v, want protocol.ErrRateLimited", err)
 	}
 	if got := ts.hub.Connections(); got != 3 {

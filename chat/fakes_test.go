@@ -1308,7 +1308,7 @@ func newTestServiceWith(t *testing.T, cfg Config, hubCfg hub.Config) *testServic
 func (ts *testService) open(user string) *fakeConn {
 	ts.t.Helper()
 	c := &fakeConn{user: user}
-	if _, err := ts.svc.Open(ts.ctx, c); err != nil {
+	if _, err := ts.svc.Open(ts.ctx, c, nil); err != nil {
 		ts.t.Fatalf("open %s: %v", user, err)
 	}
 	ts.svc.awaitPresence() // its presence reaches peers now, as part of the open, not amid a later step

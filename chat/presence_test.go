@@ -39,7 +39,7 @@ func TestPresenceNeverHoldsUpConnects(t *testing.T) {
 		for range cycles {
 			for _, u := range users {
 				c := &fakeConn{user: u}
-				if _, err := ts.svc.Open(ts.ctx, c); err != nil {
+				if _, err := ts.svc.Open(ts.ctx, c, nil); err != nil {
 					t.Errorf("open %s: %v", u, err)
 					return
 				}
@@ -93,7 +93,7 @@ func TestStopDoesNotWaitForAStuckStore(t *testing.T) {
 	ts := newTestService(t)
 	ts.store.beforePresence = func(ctx context.Context) { <-ctx.Done() }
 	c := &fakeConn{user: "alice"}
-	if _, err := ts.svc.Open(ts.ctx, c); err != nil {
+	if _, err := ts.svc.Open(ts.ctx, c, nil); err != nil {
 		t.Fatalf("open alice: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -120,7 +120,7 @@ func TestReconnectDuringDisconnectStaysOnline(t *testing.T) {
 	}()
 	<-flushing // the disconnect is writing alice's cursors
 	c2 := &fakeConn{user: "alice"}
-	if _, err := ts.svc.Open(ts.ctx, c2); err != nil {
+	if _, err := ts.svc.Open(ts.ctx, c2, nil); err != nil {
 		t.Fatalf("reopen alice: %v", err)
 	}
 	ts.svc.awaitPresence()

@@ -285,7 +285,7 @@ func TestOpenAndClose(t *testing.T) {
 		t.Fatalf("the store has bob at %d before any flush", got)
 	}
 	b1 := &fakeConn{user: "bob"}
-	total, err := ts.svc.Open(ts.ctx, b1)
+	total, err := ts.svc.Open(ts.ctx, b1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +336,7 @@ func TestOpenAndClose(t *testing.T) {
 
 	for range 1000 {
 		c := &fakeConn{user: "carol"}
-		if _, err := ts.svc.Open(ts.ctx, c); err != nil {
+		if _, err := ts.svc.Open(ts.ctx, c, nil); err != nil {
 			t.Fatal(err)
 		}
 		ts.svc.Close(c)

@@ -233,8 +233,10 @@ func (s *live) lastSeq(convID string, p position) int64 {
 // Open registers a connection of its user and returns the user's total unread. On the user's first
 // connection here it loads their conversations and read positions (O(conversations), reading
 // through cursor moves not yet written), in one of the node's sync read slots (see
-// MaxConcurrentSyncReads); the connection then receives its conversations' events.
-func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
+// MaxConcurrentSyncReads); the connection then receives its conversations' events. account, if
+// not nil, is the user's account as the caller has just read it from the store (its privacy
+// settings are part of the state); Open reads it otherwise.
+func (s *Service) Open(ctx context.Context, c Conn, account *storage.User) (int64, error) {
 	uid := c.UserID()
 	fresh := &onlineUser{loaded: make(chan struct{}), positions: make(map[string]*position), left: make(map[string]bool)}
 	// The user's events are heard from here on.
@@ -244,7 +246,7 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 	}
 	if first {
 		s.watchUser(uid)
-		u.loadErr = s.load(ctx, uid, u)
+		u.loadErr = s.load(ctx, uid, u, account)
 		close(u.loaded)
 		if u.loadErr == nil {
 			s.changed(uid, u)
@@ -264,17 +266,22 @@ func (s *Service) Open(ctx context.Context, c Conn) (int64, error) {
 }
 
 // load reads an online user's state from the store and routes their conversations to them. Joins
-// and leaves heard on the bus while it reads win over what it read.
-func (s *Service) load(ctx context.Context, uid string, u *onlineUser) error {
+// and leaves heard on the bus while it reads win over what it read. account, if not nil, is the
+// user's account read from the store a moment ago, and is not read again.
+func (s *Service) load(ctx context.Context, uid string, u *onlineUser, account *storage.User) error {
 	release, err := s.syncReadSlot(ctx) // one slot for the three reads: a load, once started, ends soon
 	if err != nil {
 		return fmt.Errorf("load %s: %w", uid, err)
 	}
 	defer release()
-	user, err := s.store.User(ctx, uid)
-	if err != nil {
-		return fmt.Errorf("load user %s: %w", uid, err)
+	if account == nil {
+		user, err := s.store.User(ctx, uid)
+		if err != nil {
+			return fmt.Errorf("load user %s: %w", uid, err)
+		}
+		account = &user
 	}
+	user := *account
 	convs, err := s.store.ConversationsOf(ctx, uid)
 	if err != nil {
 		return fmt.Errorf("load conversations of %s: %w", uid, err)

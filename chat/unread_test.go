@@ -14,7 +14,7 @@ import (
 func (ts *testService) openCounting(user string) (*fakeConn, int64) {
 	ts.t.Helper()
 	c := &fakeConn{user: user}
-	total, err := ts.svc.Open(ts.ctx, c)
+	total, err := ts.svc.Open(ts.ctx, c, nil)
 	if err != nil {
 		ts.t.Fatalf("open %s: %v", user, err)
 	}

@@ -114,7 +114,7 @@ func TestSendsCostTwoStoreWritesPerBatch(t *testing.T) {
 // conversations: the connect finds the account the sign-in stored, and with no conversation there
 // are no read positions to read and nothing to list again. A later sync reads the list again.
 func TestFirstConnectReadsTheStoreOnce(t *testing.T) {
-	_, n, rec := monitoredNode(t, nil)
+	env, n, rec := monitoredNode(t, nil)
 	ctx := ctxT(t, time.Minute)
 	sent := func() []string {
 		var got []string
@@ -136,5 +136,16 @@ func TestFirstConnectReadsTheStoreOnce(t *testing.T) {
 	}
 	if got, want := sent(), append(want, "find memberships"); !slices.Equal(got, want) {
 		t.Fatalf("after a second sync the store was sent %v; want %v", got, want)
+	}
+
+	// Signed in on another node, so this node's account check reads the account: the load of
+	// the user's state takes it from the check instead of reading it again.
+	elsewhere := env.NodeConfig()
+	elsewhere.NodeID = "elsewhere"
+	token := login(t, testenv.StartNode(t, elsewhere), "traveller")
+	rec.Reset()
+	dialWith(t, n, token, nil)
+	if got, want := sent(), []string{"find users", "find memberships"}; !slices.Equal(got, want) {
+		t.Fatalf("a connect whose check read the account sent the store %v; want %v", got, want)
 	}
 }

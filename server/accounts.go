@@ -72,42 +72,58 @@ func requestToken(r *http.Request) string {
 // exists and is not deleted (dev mode: made at sign-in; production: made on first use), issued
 // after the account's last revocation. Every refusal is logged (rate-limited).
 func (s *Server) check(r *http.Request) (string, *refusal) {
+	userID, _, refused := s.checkAccount(r)
+	return userID, refused
+}
+
+// checkAccount is check that also gives the account when it read it from the store (a cache
+// miss), so that opening a WebSocket session does not read it again a moment later.
+func (s *Server) checkAccount(r *http.Request) (string, *storage.User, *refusal) {
 	token := requestToken(r)
 	if token == "" {
 		s.seclog.refused(eventToken, r, "", "no token")
-		return "", errNoToken
+		return "", nil, errNoToken
 	}
 	id, err := s.verify(r.Context(), token)
 	if errors.Is(err, errBotLookup) {
 		s.log.Error().Err(err).Msg("look up bot token")
-		return "", errAccountStore
+		return "", nil, errAccountStore
 	}
 	if err != nil {
 		s.seclog.refused(eventToken, r, "", err.Error())
-		return "", errNoToken
+		return "", nil, errNoToken
 	}
-	user, err := s.account(r.Context(), id.UserID)
+	user, read, err := s.loadAccount(r.Context(), id.UserID)
 	switch {
 	case errors.Is(err, storage.ErrNotFound), errors.Is(err, storage.ErrDeleted):
 		s.seclog.refused(eventAccount, r, id.UserID, err.Error())
-		return "", errNoAccount
+		return "", nil, errNoAccount
 	case err != nil:
 		s.log.Error().Err(err).Str("user", id.UserID).Msg("load account")
-		return "", errAccountStore
+		return "", nil, errAccountStore
 	}
 	if after := user.TokensValidAfter; after != nil && (id.IssuedAt.IsZero() || id.IssuedAt.Before(*after)) {
 		s.seclog.refused(eventAccount, r, id.UserID, fmt.Sprintf("token issued before the revocation of %s", after.UTC().Format(time.RFC3339)))
-		return "", errRevoked
+		return "", nil, errRevoked
 	}
-	return id.UserID, nil
+	if !read {
+		return id.UserID, nil, nil
+	}
+	return id.UserID, &user, nil
 }
 
 // account reads the user's account, through the cache. Dev-mode accounts exist from sign-in on;
 // in production the identity provider vouches for the user, whose account is made on first use.
 func (s *Server) account(ctx context.Context, userID string) (storage.User, error) {
+	u, _, err := s.loadAccount(ctx, userID)
+	return u, err
+}
+
+// loadAccount is account that also says whether it read the store (the cache did not have it).
+func (s *Server) loadAccount(ctx context.Context, userID string) (_ storage.User, read bool, _ error) {
 	u, gen, ok := s.accounts.get(userID)
 	if ok {
-		return u, nil
+		return u, false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, accountTimeout)
 	defer cancel()
@@ -118,10 +134,10 @@ func (s *Server) account(ctx context.Context, userID string) (storage.User, erro
 		u, err = s.users.EnsureUser(ctx, storage.User{ID: userID, Name: userID, CreatedAt: time.Now().UTC()})
 	}
 	if err != nil {
-		return storage.User{}, err
+		return storage.User{}, false, err
 	}
 	s.accounts.put(u, gen)
-	return u, nil
+	return u, true, nil
 }
 
 // accountCache keeps accounts read in the last accountCacheTTL.

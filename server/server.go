@@ -228,7 +228,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "origin not allowed")
 		return
 	}
-	userID, refused := s.check(r)
+	userID, account, refused := s.checkAccount(r)
 	if refused != nil {
 		s.cfg.Metrics.refused(refused.reason)
 		writeError(w, refused.status, refused.msg)
@@ -259,7 +259,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 				_ = conn.CloseNow()
 			}
 		}()
-		if err := sess.Serve(s.sessionCtx, s.router); err != nil {
+		if err := sess.Serve(s.sessionCtx, &opening{router: s.router, account: account}); err != nil {
 			s.log.Warn().Err(err).Str("user", userID).Msg("session ended")
 		}
 	}()
