@@ -221,6 +221,9 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (_ *Node, err er
 			if n.search != nil {
 				n.search.Reconnected()
 			}
+			if n.push != nil {
+				n.push.ForgetAllDevices() // announcements may have been missed meanwhile
+			}
 			select {
 			case n.reconnected <- struct{}{}:
 			default: // a resync is already due

@@ -1,6 +1,11 @@
 package node
 
 import (
+	"cmp"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/push"
 	"github.com/chatd/chatd/readstate"
@@ -20,9 +25,21 @@ func (n *Node) startPush(cfg *Config) error {
 	}
 	cfg.Push.NodeID = cfg.NodeID
 	cfg.Push.Nodes = leaseNodes{n}
+	subject := cmp.Or(cfg.Sequencer.SubjectPrefix, sequencer.DefaultSubjectPrefix) + ".push.devices"
+	cfg.Push.Announce = func(userID string) {
+		if err := n.nc.Publish(subject, []byte(userID)); err != nil {
+			// The other nodes see the change when their cache of the user expires.
+			n.log.Warn().Err(err).Str("user", userID).Msg("announce a change of push devices")
+		}
+	}
 	notifier, err := push.New(cfg.Push, n.store, n.log)
 	if err != nil {
 		return err
+	}
+	// Every node hears every change of anyone's devices: they are rare (a browser subscribing).
+	if _, err := n.nc.Subscribe(subject, func(m *nats.Msg) { notifier.ForgetDevices(string(m.Data)) }); err != nil {
+		notifier.Stop()
+		return fmt.Errorf("subscribe to %s: %w", subject, err)
 	}
 	n.push = notifier
 	return nil
@@ -32,9 +49,9 @@ func (n *Node) startPush(cfg *Config) error {
 // Web Push when it is on.
 type observers []sequencer.Observer
 
-func (o observers) Stored(m protocol.Message) {
+func (o observers) Stored(m protocol.Message, members []string) {
 	for _, x := range o {
-		x.Stored(m)
+		x.Stored(m, members)
 	}
 }
 

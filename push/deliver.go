@@ -50,10 +50,22 @@ type Payload struct {
 }
 
 // deliver works out the notification of w's messages for each member with a device and no live
-// connection, and sends it.
+// connection, and sends it. When nobody the owner had as a member has a device (the cache knows,
+// most of the time), it reads nothing.
 func (n *Notifier) deliver(ctx context.Context, w *window) {
 	sctx, cancel := storeCtx(ctx)
 	defer cancel()
+	if w.members != nil {
+		devices, err := n.devicesOf(sctx, candidates(w.members, slices.DeleteFunc(slices.Clone(w.msgs),
+			func(m protocol.Message) bool { return w.deleted[m.Seq] })))
+		if err != nil {
+			n.log.Warn().Err(err).Str("conversation", w.conversationID).Msg("read push subscriptions")
+			return
+		}
+		if len(devices) == 0 {
+			return
+		}
+	}
 	conv, err := n.store.Conversation(sctx, w.conversationID)
 	if err != nil {
 		n.log.Warn().Err(err).Str("conversation", w.conversationID).Msg("read conversation to notify")
@@ -65,16 +77,11 @@ func (n *Notifier) deliver(ctx context.Context, w *window) {
 		deleted[s] = true
 	}
 	msgs := slices.DeleteFunc(slices.Clone(w.msgs), func(m protocol.Message) bool { return deleted[m.Seq] })
-	var candidates []string
-	for _, u := range conv.Members {
-		if slices.ContainsFunc(msgs, func(m protocol.Message) bool { return m.SenderID != u }) {
-			candidates = append(candidates, u)
-		}
-	}
+	candidates := candidates(conv.Members, msgs)
 	if len(candidates) == 0 {
 		return
 	}
-	devices, err := n.store.PushSubscriptionsOf(sctx, candidates)
+	devices, err := n.devicesOf(sctx, candidates)
 	if err != nil || len(devices) == 0 {
 		if err != nil {
 			n.log.Warn().Err(err).Str("conversation", conv.ID).Msg("read push subscriptions")
@@ -94,6 +101,17 @@ func (n *Notifier) deliver(ctx context.Context, w *window) {
 			n.log.Warn().Err(err).Str("conversation", conv.ID).Str("user", user).Msg("notify")
 		}
 	}
+}
+
+// candidates are the members who did not send every one of msgs: those who may be notified.
+func candidates(members []string, msgs []protocol.Message) []string {
+	var out []string
+	for _, u := range members {
+		if slices.ContainsFunc(msgs, func(m protocol.Message) bool { return m.SenderID != u }) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // online reports whether a live node holds a connection of the user.
@@ -246,6 +264,7 @@ func (n *Notifier) send(ctx context.Context, d storage.PushSubscription, data []
 			if err := n.store.DeletePushSubscription(sctx, d.UserID, d.DeviceID, d.Endpoint); err != nil {
 				n.log.Warn().Err(err).Str("user", d.UserID).Str("device", d.DeviceID).Msg("remove expired push subscription")
 			}
+			n.devicesChanged(d.UserID)
 			return false
 		case err == nil && status != 429 && status < 500, attempt >= n.cfg.Attempts:
 			n.cfg.Metrics.failed()

@@ -80,6 +80,10 @@ type Config struct {
 	// live node holds a connection of theirs.
 	NodeID string
 	Nodes  Nodes
+	// Announce, if set, is called after this node saved or removed a push subscription of
+	// userID, to tell the other nodes, which then call ForgetDevices (devices.go); nil tells
+	// nobody (one node).
+	Announce func(userID string)
 	// HTTPClient sends the pushes; nil means a client with SendTimeout.
 	HTTPClient *http.Client
 	// Metrics records what is sent; nil records nothing.
@@ -156,6 +160,8 @@ type Notifier struct {
 	http  *http.Client
 	log   zerolog.Logger
 
+	devices *deviceCache // who has which devices, none included
+
 	mu      sync.Mutex
 	open    map[string]*window // conversations gathering messages, by id
 	reads   map[readKey]int64  // reads since the last withdrawal pass: the highest seq
@@ -180,7 +186,7 @@ func New(cfg Config, store Store, log zerolog.Logger) (*Notifier, error) {
 		client = &http.Client{Timeout: cfg.SendTimeout}
 	}
 	n := &Notifier{cfg: cfg, store: store, http: client, log: log.With().Str("component", "push").Logger(),
-		open: make(map[string]*window), reads: make(map[readKey]int64),
+		devices: newDeviceCache(), open: make(map[string]*window), reads: make(map[readKey]int64),
 		jobs: make(chan func(context.Context), cfg.Queue)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	for range cfg.Workers {

@@ -53,8 +53,12 @@ func (n *Notifier) Subscribe(ctx context.Context, userID, device string, sub Sub
 	if len(mine) >= MaxDevices && !slices.ContainsFunc(mine, func(s storage.PushSubscription) bool { return s.DeviceID == device }) {
 		return protocol.Refuse(protocol.ErrLimit, "at most %d devices receive notifications", MaxDevices)
 	}
-	return n.store.SavePushSubscription(ctx, storage.PushSubscription{UserID: userID, DeviceID: device,
-		Endpoint: sub.Endpoint, P256dh: sub.Keys.P256dh, Auth: sub.Keys.Auth, CreatedAt: time.Now().UTC()})
+	if err := n.store.SavePushSubscription(ctx, storage.PushSubscription{UserID: userID, DeviceID: device,
+		Endpoint: sub.Endpoint, P256dh: sub.Keys.P256dh, Auth: sub.Keys.Auth, CreatedAt: time.Now().UTC()}); err != nil {
+		return err
+	}
+	n.devicesChanged(userID)
+	return nil
 }
 
 // Unsubscribe removes a device's subscription; one that does not exist is no error.
@@ -62,7 +66,11 @@ func (n *Notifier) Unsubscribe(ctx context.Context, userID, device string) error
 	if !deviceID.MatchString(device) {
 		return protocol.Refuse(protocol.ErrInvalid, "a device id is 1 to 64 letters, digits, - or _")
 	}
-	return n.store.DeletePushSubscription(ctx, userID, device, "")
+	if err := n.store.DeletePushSubscription(ctx, userID, device, ""); err != nil {
+		return err
+	}
+	n.devicesChanged(userID)
+	return nil
 }
 
 // Settings are a user's notification settings as the API shows them. Which conversations

@@ -17,13 +17,16 @@ type window struct {
 	conversationID string
 	msgs           []protocol.Message // text messages, in seq order
 	deleted        map[int64]bool     // of msgs, those deleted for everyone since
+	// members are the conversation's members as the owner had them at the newest message; nil
+	// when it did not know them (deliver then reads the conversation first).
+	members []string
 	timer          *time.Timer
 }
 
 // Stored gathers a stored message into its conversation's window, opening one (and its timer) for
 // the first. Only text messages notify; a seq heard again (a retry, a republish) is dropped here
 // or, after its window ended, by the notice of each member (deliver).
-func (n *Notifier) Stored(m protocol.Message) {
+func (n *Notifier) Stored(m protocol.Message, members []string) {
 	if m.Kind != protocol.KindText {
 		return
 	}
@@ -46,6 +49,7 @@ func (n *Notifier) Stored(m protocol.Message) {
 		return
 	}
 	w.msgs = append(w.msgs, m)
+	w.members = members
 }
 
 // Changed notes a deletion for everyone of a message still gathering (it is not notified), and

@@ -44,20 +44,25 @@ func (n *Notifier) withdrawLoop() {
 }
 
 // withdraw closes the notification of a conversation on a user's devices if the read covers all
-// it showed: one read by _id when none is showing.
+// it showed: nothing read for a user with no device (the cache knows, most of the time), one read
+// by _id when no notification is showing.
 func (n *Notifier) withdraw(ctx context.Context, k readKey, seq int64) {
 	sctx, cancel := storeCtx(ctx)
 	defer cancel()
-	notice, err := n.store.PushNoticeOf(sctx, k.user, k.conversation)
+	devices, err := n.devicesOf(sctx, []string{k.user})
+	if err == nil && len(devices) == 0 {
+		return
+	}
+	var notice storage.PushNotice
+	if err == nil {
+		notice, err = n.store.PushNoticeOf(sctx, k.user, k.conversation)
+	}
 	if errors.Is(err, storage.ErrNotFound) || (err == nil && notice.ToSeq > seq) {
 		return
 	}
 	if err == nil {
-		var devices map[string][]storage.PushSubscription
-		if devices, err = n.store.PushSubscriptionsOf(sctx, []string{k.user}); err == nil {
-			n.sendAll(ctx, devices[k.user], Payload{Type: PayloadWithdraw, ConversationID: k.conversation, Tag: k.conversation, Seq: seq})
-			err = n.store.DeletePushNotice(sctx, k.user, k.conversation)
-		}
+		n.sendAll(ctx, devices[k.user], Payload{Type: PayloadWithdraw, ConversationID: k.conversation, Tag: k.conversation, Seq: seq})
+		err = n.store.DeletePushNotice(sctx, k.user, k.conversation)
 	}
 	if err != nil {
 		n.log.Warn().Err(err).Str("user", k.user).Str("conversation", k.conversation).Msg("withdraw notification")

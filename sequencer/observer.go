@@ -9,6 +9,8 @@ import "github.com/chatd/chatd/protocol"
 // time. Its methods run in the owner's batch and must not block: hand the work to a queue of
 // your own.
 type Observer interface {
-	Stored(m protocol.Message)
+	// Stored hears a message; members are the conversation's members as the owner has them
+	// (nil when it does not know them, and the observer's own copy).
+	Stored(m protocol.Message, members []string)
 	Changed(c Change)
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -780,7 +782,11 @@ func (p *partition) publishOne(m protocol.Message) {
 		p.seq.log.Error().Err(err).Str("conversation", m.ConversationID).Msg("publish message")
 	}
 	if o := p.seq.cfg.Observer; o != nil {
-		o.Stored(m)
+		var members []string
+		if c, ok := p.convs[m.ConversationID]; ok {
+			members = slices.Collect(maps.Keys(c.members))
+		}
+		o.Stored(m, members)
 	}
 }
 

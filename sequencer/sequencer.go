@@ -136,10 +136,11 @@ func New(cfg Config, nc *nats.Conn, store Store, log zerolog.Logger) (*Sequencer
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	return &Sequencer{
-		cfg:       cfg.withDefaults(),
+		cfg:       cfg,
 		nc:        nc,
-		store:     store,
+		store:     newMergingStore(store, cfg.MaxBatch, cfg.FlushTimeout),
 		log:       log.With().Str("component", "sequencer").Logger(),
 		metrics:   cfg.Metrics,
 		overflows: newIncidentLog(),

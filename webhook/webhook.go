@@ -177,7 +177,7 @@ func (d *Dispatcher) Stop() {
 }
 
 // Stored queues a new message for the conversation's webhooks.
-func (d *Dispatcher) Stored(m protocol.Message) {
+func (d *Dispatcher) Stored(m protocol.Message, _ []string) {
 	if m.Kind == protocol.KindSystem {
 		return
 	}
