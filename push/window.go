@@ -20,7 +20,7 @@ type window struct {
 	// members are the conversation's members as the owner had them at the newest message; nil
 	// when it did not know them (deliver then reads the conversation first).
 	members []string
-	timer          *time.Timer
+	timer   *time.Timer
 }
 
 // Stored gathers a stored message into its conversation's window, opening one (and its timer) for
