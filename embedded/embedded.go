@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
@@ -151,13 +152,18 @@ type MongoConfig struct {
 	Addr string
 	// Logger receives FerretDB's own logs; nil discards them (FerretDB logs every connection at INFO).
 	Logger *slog.Logger
-	// Sync is SQLite's synchronous setting: SyncFull (the default) or SyncNormal.
+	// Sync is how the store waits for the disk: SyncInterval (the default), SyncFull or
+	// SyncNormal.
 	Sync string
 }
 
-// SQLite's synchronous settings (https://sqlite.org/pragma.html#pragma_synchronous) for
-// MongoConfig.Sync. The store runs SQLite in WAL mode.
+// How the store waits for the disk, for MongoConfig.Sync: SQLite's synchronous settings
+// (https://sqlite.org/pragma.html#pragma_synchronous), in WAL mode, and SyncInterval.
 const (
+	// SyncInterval commits without waiting for the disk and syncs the write-ahead log every
+	// 100 ms (walsync.go): an acknowledged write survives a killed process at once and a power
+	// loss or an operating system crash after at most 100 ms, as with MongoDB's default journal.
+	SyncInterval = "interval"
 	// SyncFull syncs the write-ahead log to disk at every commit: an acknowledged write survives
 	// a power loss or an operating system crash. Each commit waits for the disk.
 	SyncFull = "full"
@@ -167,16 +173,18 @@ const (
 	SyncNormal = "normal"
 )
 
-// sqliteURL is FerretDB's SQLite URL for the files under dir with synchronous set to sync.
+// sqliteURL is FerretDB's SQLite URL for the files under dir with SQLite's synchronous setting
+// for sync.
 func sqliteURL(dir, sync string) (string, error) {
+	synchronous := sync
 	switch sync {
-	case "":
-		sync = SyncFull
+	case "", SyncInterval:
+		synchronous = SyncNormal
 	case SyncFull, SyncNormal:
 	default:
-		return "", fmt.Errorf("store sync %q: want %q or %q", sync, SyncFull, SyncNormal)
+		return "", fmt.Errorf("store sync %q: want %q, %q or %q", sync, SyncInterval, SyncFull, SyncNormal)
 	}
-	return "file:" + dir + "/?_pragma=synchronous(" + sync + ")", nil
+	return "file:" + dir + "/?_pragma=synchronous(" + synchronous + ")", nil
 }
 
 // StartMongo starts FerretDB and waits until it accepts connections.
@@ -213,18 +221,18 @@ func StartMongo(cfg MongoConfig) (*Mongo, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Mongo{uri: f.MongoDBURI(), cancel: cancel, done: make(chan struct{})}
+	var loops sync.WaitGroup // the store's own: the _id indexer, and the log syncs of SyncInterval
 	indexer := newIDIndexer(dir, logger)
-	indexed := make(chan struct{})
-	go func() {
-		defer close(indexed)
-		indexer.run(ctx)
-	}()
+	loops.Go(func() { indexer.run(ctx) })
+	if cfg.Sync == "" || cfg.Sync == SyncInterval {
+		loops.Go(func() { syncLogs(ctx, dir, logger) })
+	}
 	go func() {
 		defer close(m.done)
 		if err := f.Run(ctx); err != nil {
 			logger.Error("ferretdb stopped", "error", err)
 		}
-		<-indexed
+		loops.Wait()
 	}()
 	if err := waitForTCP(m.uri); err != nil {
 		m.Stop()

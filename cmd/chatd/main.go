@@ -68,7 +68,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.dataDir, "data-dir", env("CHAT_DATA_DIR", "./data"), "directory for the embedded store and NATS (CHAT_DATA_DIR)")
 	fs.StringVar(&o.searchDir, "search-dir", env("CHAT_SEARCH_DIR", ""), "directory of this node's search index, derived from the store and rebuilt from it when missing; empty: search under the data directory; off: no search (CHAT_SEARCH_DIR)")
 	fs.StringVar(&o.mongoURI, "mongo-uri", env("CHAT_MONGO_URI", ""), "MongoDB URI; empty starts the embedded store (CHAT_MONGO_URI)")
-	fs.StringVar(&o.storeSync, "store-sync", env("CHAT_STORE_SYNC", embedded.SyncFull), "the embedded store's SQLite synchronous setting: full (every commit synced to disk) or normal (synced at checkpoints: survives a killed process, not a power loss) (CHAT_STORE_SYNC)")
+	fs.StringVar(&o.storeSync, "store-sync", env("CHAT_STORE_SYNC", embedded.SyncInterval), "how the embedded store waits for the disk: interval (commits synced to disk every 100 ms: survives a killed process at once, a power loss after 100 ms), full (every commit synced) or normal (synced at checkpoints only) (CHAT_STORE_SYNC)")
 	fs.StringVar(&o.mongoDB, "mongo-db", env("CHAT_MONGO_DB", node.DefaultDatabase), "MongoDB database (CHAT_MONGO_DB)")
 	fs.StringVar(&o.natsURL, "nats-url", env("CHAT_NATS_URL", ""), "NATS server URLs, comma-separated; empty starts an in-process server (CHAT_NATS_URL)")
 	fs.StringVar(&o.jwtSecret, "jwt-secret", env("CHAT_JWT_SECRET", ""), "HS256 secret for tokens; empty means dev mode (CHAT_JWT_SECRET)")

@@ -17,7 +17,7 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:27017", "TCP address to listen on")
 	dir := flag.String("dir", "./data/store", "directory for the SQLite files")
-	sync := flag.String("sync", embedded.SyncFull, "SQLite's synchronous setting: full (every commit synced to disk) or normal (synced at checkpoints: survives a killed process, not a power loss)")
+	sync := flag.String("sync", embedded.SyncInterval, "how the store waits for the disk: interval (commits synced to disk every 100 ms: survives a killed process at once, a power loss after 100 ms), full (every commit synced) or normal (synced at checkpoints only)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
