@@ -60,6 +60,15 @@ const (
 	// readPage is how many messages, or changed messages, one catch-up read asks for: a history
 	// page's worth.
 	readPage = 200
+	// applyEvery is how many messages a catch-up reads before it writes them to the index, with
+	// the progress they make: a long conversation is taken in parts, each safe where it ends,
+	// never held in memory whole.
+	applyEvery = 10000
+	// storeShare bounds the store's time the sweep and the catch-ups take: after each read they
+	// rest (storeShare-1) times as long as it took. A node starting on a store of a million
+	// messages it has not indexed reads them all; at a fifth of the store's time that leaves
+	// the rest to connecting users and sends, and the index is complete a few times later.
+	storeShare = 5
 	// maxCachedProgress bounds the conversations whose progress the writer keeps in memory; the
 	// index holds them all.
 	maxCachedProgress = 100000
@@ -426,19 +435,24 @@ func (f *Feed) forget(data []byte) {
 
 // catchUp reads from the store what the index misses of a conversation: its messages after the
 // progress's seq and the messages changed after its version, as they are now, and records the
-// counters it read first as the new progress (everything up to them is in what it read). A
-// conversation that no longer exists leaves the index.
+// counters it read first as the new progress (everything up to them is in what it read). A long
+// run of messages is written in parts of applyEvery, each with the progress it makes. A
+// conversation that no longer exists leaves the index. Each store read is paced (rest).
 func (f *Feed) catchUp(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Timeout)
-	defer cancel()
 	f.cfg.Metrics.caughtUp()
 	p, ok := f.progressOf(id)
 	if !ok {
 		delete(f.late, id) // the index cannot be read: the next sweep tries again
 		return
 	}
-	conv, err := f.store.Conversation(ctx, id)
+	var conv storage.Conversation
+	err := f.read(func(ctx context.Context) (err error) {
+		conv, err = f.store.Conversation(ctx, id)
+		return err
+	})
 	if errors.Is(err, storage.ErrNotFound) {
+		ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Timeout)
+		defer cancel()
 		if _, err := f.index.DeleteConversation(ctx, id); err != nil {
 			f.log.Error().Err(err).Str("conversation", id).Msg("remove a deleted conversation from the search index")
 		}
@@ -446,44 +460,87 @@ func (f *Feed) catchUp(id string) {
 	}
 	b := f.index.NewBatch()
 	if err == nil {
-		err = f.readMessages(ctx, b, id, p.Seq+1, conv.LastSeq)
+		b, p, err = f.readMessages(b, id, p, conv.LastSeq)
 	}
 	if err == nil && conv.LastVersion > p.Version {
-		err = f.readChanges(ctx, b, id, p.Version, p.Seq)
+		err = f.readChanges(b, id, p.Version, p.Seq)
 	}
 	next := search.Progress{Seq: max(p.Seq, conv.LastSeq), Version: max(p.Version, conv.LastVersion)}
-	b.SetProgress(id, next)
 	if err == nil {
-		start := time.Now()
-		err = f.index.Apply(ctx, b)
-		f.cfg.Metrics.wrote(start)
+		err = f.applyCaughtUp(b, id, next)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errStopping) {
 		// Left for the next sweep: a store that fails now is not asked again in a loop.
 		f.log.Warn().Err(err).Str("conversation", id).Msg("catch up the search index from the store")
-		return
 	}
-	f.progress[id] = next
 }
 
-func (f *Feed) readMessages(ctx context.Context, b *search.Batch, id string, from, to int64) error {
-	for ; from <= to; from += readPage {
-		msgs, err := f.store.MessageRange(ctx, id, from, min(to, from+readPage-1))
-		if err != nil {
+// read runs one store read of a catch-up with its own timeout, then rests (storeShare).
+func (f *Feed) read(call func(ctx context.Context) error) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Timeout)
+	err := call(ctx)
+	cancel()
+	if !f.rest(time.Since(start)) {
+		return errStopping
+	}
+	return err
+}
+
+// errStopping ends a catch-up when the feed stops.
+var errStopping = errors.New("the search feed is stopping")
+
+// applyCaughtUp writes a catch-up's batch to the index with the progress it makes.
+func (f *Feed) applyCaughtUp(b *search.Batch, id string, p search.Progress) error {
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Timeout)
+	defer cancel()
+	b.SetProgress(id, p)
+	start := time.Now()
+	err := f.index.Apply(ctx, b)
+	f.cfg.Metrics.wrote(start)
+	if err == nil {
+		f.progress[id] = p
+	}
+	return err
+}
+
+// readMessages takes a conversation's messages after p.Seq up to to into b, writing every
+// applyEvery of them with the progress they make (their seqs; p.Version until the changes are
+// read). It returns the batch still to write and the progress written so far.
+func (f *Feed) readMessages(b *search.Batch, id string, p search.Progress, to int64) (*search.Batch, search.Progress, error) {
+	taken := 0
+	for from := p.Seq + 1; from <= to; from += readPage {
+		var msgs []storage.Message
+		err := f.read(func(ctx context.Context) (err error) {
+			msgs, err = f.store.MessageRange(ctx, id, from, min(to, from+readPage-1))
 			return err
+		})
+		if err != nil {
+			return b, p, err
 		}
 		for _, m := range msgs {
 			if err := f.take(b, m); err != nil {
-				return err
+				return b, p, err
 			}
 		}
+		if taken += len(msgs); taken >= applyEvery && from+readPage-1 < to {
+			part := search.Progress{Seq: from + readPage - 1, Version: p.Version}
+			if err := f.applyCaughtUp(b, id, part); err != nil {
+				return b, p, err
+			}
+			b, p, taken = f.index.NewBatch(), part, 0
+		}
 	}
-	return nil
+	return b, p, nil
 }
 
-func (f *Feed) readChanges(ctx context.Context, b *search.Batch, id string, after, maxSeq int64) error {
+func (f *Feed) readChanges(b *search.Batch, id string, after, maxSeq int64) error {
 	for {
-		msgs, err := f.store.ChangedMessages(ctx, id, after, maxSeq, readPage)
+		var msgs []storage.Message
+		err := f.read(func(ctx context.Context) (err error) {
+			msgs, err = f.store.ChangedMessages(ctx, id, after, maxSeq, readPage)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -531,7 +588,12 @@ func (f *Feed) compare() error {
 			return err
 		}
 		for _, id := range ids {
-			if f.isBehind(id) {
+			start := time.Now()
+			behind := f.isBehind(id)
+			if !f.rest(time.Since(start)) {
+				return nil
+			}
+			if behind {
 				select {
 				case f.behind <- id:
 				case <-f.stop:
@@ -543,6 +605,19 @@ func (f *Feed) compare() error {
 			return nil
 		}
 		after = ids[len(ids)-1]
+	}
+}
+
+// rest waits storeShare-1 times took after a store read of the sweep or a catch-up, so they
+// take at most 1/storeShare of the store's time; false when the feed stops meanwhile.
+func (f *Feed) rest(took time.Duration) bool {
+	t := time.NewTimer(took * (storeShare - 1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-f.stop:
+		return false
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,8 @@ type fakeStore struct {
 	mu    sync.Mutex
 	convs map[string]storage.Conversation
 	msgs  map[string][]storage.Message // by conversation; [i] has seq i+1
+	// failFrom, when not 0, makes a read of messages from that seq on fail.
+	failFrom int64
 }
 
 func newFakeStore() *fakeStore {
@@ -73,6 +76,9 @@ func (f *fakeStore) Conversation(_ context.Context, id string) (storage.Conversa
 func (f *fakeStore) MessageRange(_ context.Context, id string, from, to int64) ([]storage.Message, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failFrom > 0 && from >= f.failFrom {
+		return nil, errors.New("store down")
+	}
 	var out []storage.Message
 	for _, m := range f.msgs[id] {
 		if m.Seq >= from && m.Seq <= to {
@@ -220,6 +226,27 @@ func TestStartCatchesUpFromTheStore(t *testing.T) {
 	store.store(text("a", 1, "otter one"), text("b", 1, "otter two"), storage.Message{ConversationID: "b", Seq: 2, Kind: protocol.KindDeleted, CreatedAt: t0})
 	h := start(t, store)
 	h.finds("otter", []string{"a", "b"}, 1, 1)
+}
+
+// TestALongConversationIsCaughtUpInParts: a catch-up writes a long conversation to the index in
+// parts, each with the progress it makes, so a store that fails part of the way loses only the
+// part under way, and nothing of it is held in memory whole.
+func TestALongConversationIsCaughtUpInParts(t *testing.T) {
+	store := newFakeStore()
+	msgs := make([]storage.Message, 15000)
+	for i := range msgs {
+		msgs[i] = text("long", int64(i+1), fmt.Sprintf("walrus %d", i+1))
+	}
+	store.store(msgs...)
+	store.failFrom = 12001
+	h := start(t, store)
+	testenv.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		p, err := h.feed.Progress("long")
+		if err != nil || p.Seq != 10000 {
+			return fmt.Errorf("progress %+v, %v; want seq 10000, the part written before the store failed", p, err)
+		}
+		return nil
+	})
 }
 
 // TestForgetAccountRemovesItsMessages: a deleted account's messages leave the index, and so do
