@@ -119,7 +119,8 @@ func TestFirstConnectReadsTheStoreOnce(t *testing.T) {
 	sent := func() []string {
 		var got []string
 		for _, cmd := range rec.Commands("", "") {
-			if cmd.Collection != "" && cmd.Collection != "presenceNodes" { // presence is written apart, in batches
+			// Presence is written apart, in batches, whenever a batch is due.
+			if cmd.Collection != "" && cmd.Collection != "presence" && cmd.Collection != "presenceNodes" {
 				got = append(got, cmd.Name+" "+cmd.Collection)
 			}
 		}
