@@ -77,11 +77,11 @@ func (n *Notifier) deliver(ctx context.Context, w *window) {
 		deleted[s] = true
 	}
 	msgs := slices.DeleteFunc(slices.Clone(w.msgs), func(m protocol.Message) bool { return deleted[m.Seq] })
-	candidates := candidates(conv.Members, msgs)
-	if len(candidates) == 0 {
+	who := candidates(conv.Members, msgs)
+	if len(who) == 0 {
 		return
 	}
-	devices, err := n.devicesOf(sctx, candidates)
+	devices, err := n.devicesOf(sctx, who)
 	if err != nil || len(devices) == 0 {
 		if err != nil {
 			n.log.Warn().Err(err).Str("conversation", conv.ID).Msg("read push subscriptions")
