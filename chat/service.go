@@ -274,14 +274,12 @@ func (s *Service) load(ctx context.Context, uid string, u *onlineUser, account *
 		return fmt.Errorf("load %s: %w", uid, err)
 	}
 	defer release()
-	if account == nil {
-		user, err := s.store.User(ctx, uid)
-		if err != nil {
-			return fmt.Errorf("load user %s: %w", uid, err)
-		}
-		account = &user
+	var user storage.User
+	if account != nil {
+		user = *account
+	} else if user, err = s.store.User(ctx, uid); err != nil {
+		return fmt.Errorf("load user %s: %w", uid, err)
 	}
-	user := *account
 	convs, err := s.store.ConversationsOf(ctx, uid)
 	if err != nil {
 		return fmt.Errorf("load conversations of %s: %w", uid, err)

@@ -207,7 +207,8 @@ func StartMongo(cfg MongoConfig) (*Mongo, error) {
 	logger := cfg.Logger
 	if logger == nil {
 		// A handler that is never enabled: FerretDB derives a logger per connection and command
-		// (With), which a discarding text handler still formats, at about 3% of the store's CPU.
+		// (With), which a discarding text handler still formatted, at a fifth of the store's CPU
+		// per first connect (docs/BENCHMARKS.md, "Third round").
 		logger = slog.New(slog.DiscardHandler)
 	}
 	f, err := ferretdb.New(&ferretdb.Config{

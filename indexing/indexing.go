@@ -437,7 +437,7 @@ func (f *Feed) forget(data []byte) {
 // progress's seq and the messages changed after its version, as they are now, and records the
 // counters it read first as the new progress (everything up to them is in what it read). A long
 // run of messages is written in parts of applyEvery, each with the progress it makes. A
-// conversation that no longer exists leaves the index. Each store read is paced (rest).
+// conversation that no longer exists leaves the index. Each store read is paced (read).
 func (f *Feed) catchUp(id string) {
 	f.cfg.Metrics.caughtUp()
 	p, ok := f.progressOf(id)
@@ -459,11 +459,12 @@ func (f *Feed) catchUp(id string) {
 		return
 	}
 	b := f.index.NewBatch()
+	changedUpTo := p.Seq // the messages after it are read as they are now, changes and all
 	if err == nil {
 		b, p, err = f.readMessages(b, id, p, conv.LastSeq)
 	}
 	if err == nil && conv.LastVersion > p.Version {
-		err = f.readChanges(b, id, p.Version, p.Seq)
+		err = f.readChanges(b, id, p.Version, changedUpTo)
 	}
 	next := search.Progress{Seq: max(p.Seq, conv.LastSeq), Version: max(p.Version, conv.LastVersion)}
 	if err == nil {
@@ -475,16 +476,22 @@ func (f *Feed) catchUp(id string) {
 	}
 }
 
-// read runs one store read of a catch-up with its own timeout, then rests (storeShare).
+// read runs one store read of the sweep or a catch-up with its own timeout, then rests
+// storeShare-1 times as long as it took, so that they take at most 1/storeShare of the store's
+// time; errStopping when the feed stops meanwhile.
 func (f *Feed) read(call func(ctx context.Context) error) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Timeout)
 	err := call(ctx)
 	cancel()
-	if !f.rest(time.Since(start)) {
+	rest := time.NewTimer(time.Since(start) * (storeShare - 1))
+	defer rest.Stop()
+	select {
+	case <-rest.C:
+		return err
+	case <-f.stop:
 		return errStopping
 	}
-	return err
 }
 
 // errStopping ends a catch-up when the feed stops.
@@ -588,10 +595,9 @@ func (f *Feed) compare() error {
 			return err
 		}
 		for _, id := range ids {
-			start := time.Now()
-			behind := f.isBehind(id)
-			if !f.rest(time.Since(start)) {
-				return nil
+			behind, err := f.isBehind(id)
+			if err != nil {
+				return nil // stopping
 			}
 			if behind {
 				select {
@@ -608,26 +614,20 @@ func (f *Feed) compare() error {
 	}
 }
 
-// rest waits storeShare-1 times took after a store read of the sweep or a catch-up, so they
-// take at most 1/storeShare of the store's time; false when the feed stops meanwhile.
-func (f *Feed) rest(took time.Duration) bool {
-	t := time.NewTimer(took * (storeShare - 1))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-f.stop:
-		return false
-	}
-}
-
-func (f *Feed) isBehind(id string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.Timeout)
-	defer cancel()
-	conv, err := f.store.Conversation(ctx, id)
-	if err != nil {
-		return !errors.Is(err, storage.ErrNotFound)
+// isBehind reports whether the index is behind the store's counters of a conversation (or
+// cannot say); an error only when the feed stops.
+func (f *Feed) isBehind(id string) (bool, error) {
+	var conv storage.Conversation
+	err := f.read(func(ctx context.Context) (err error) {
+		conv, err = f.store.Conversation(ctx, id)
+		return err
+	})
+	switch {
+	case errors.Is(err, errStopping):
+		return false, err
+	case err != nil:
+		return !errors.Is(err, storage.ErrNotFound), nil
 	}
 	p, err := f.index.Progress(id)
-	return err != nil || conv.LastSeq > p.Seq || conv.LastVersion > p.Version
+	return err != nil || conv.LastSeq > p.Seq || conv.LastVersion > p.Version, nil
 }

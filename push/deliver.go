@@ -55,9 +55,9 @@ type Payload struct {
 func (n *Notifier) deliver(ctx context.Context, w *window) {
 	sctx, cancel := storeCtx(ctx)
 	defer cancel()
+	msgs := slices.DeleteFunc(slices.Clone(w.msgs), func(m protocol.Message) bool { return w.deleted[m.Seq] })
 	if w.members != nil {
-		devices, err := n.devicesOf(sctx, candidates(w.members, slices.DeleteFunc(slices.Clone(w.msgs),
-			func(m protocol.Message) bool { return w.deleted[m.Seq] })))
+		devices, err := n.devicesOf(sctx, candidates(w.members, msgs))
 		if err != nil {
 			n.log.Warn().Err(err).Str("conversation", w.conversationID).Msg("read push subscriptions")
 			return
@@ -71,12 +71,11 @@ func (n *Notifier) deliver(ctx context.Context, w *window) {
 		n.log.Warn().Err(err).Str("conversation", w.conversationID).Msg("read conversation to notify")
 		return
 	}
-	deleted := make(map[int64]bool, len(conv.DeletedSeqs)+len(w.deleted))
-	maps.Copy(deleted, w.deleted)
+	deleted := make(map[int64]bool, len(conv.DeletedSeqs)) // before the window, or since it ended
 	for _, s := range conv.DeletedSeqs {
 		deleted[s] = true
 	}
-	msgs := slices.DeleteFunc(slices.Clone(w.msgs), func(m protocol.Message) bool { return deleted[m.Seq] })
+	msgs = slices.DeleteFunc(msgs, func(m protocol.Message) bool { return deleted[m.Seq] })
 	who := candidates(conv.Members, msgs)
 	if len(who) == 0 {
 		return
