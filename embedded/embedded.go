@@ -174,7 +174,8 @@ const (
 )
 
 // sqliteURL is FerretDB's SQLite URL for the files under dir with SQLite's synchronous setting
-// for sync.
+// for sync. Temporary files (the statement journals of FerretDB's multi-row updates) are kept in
+// memory: on disk they cost a tenth of the store's CPU in system calls under a send load.
 func sqliteURL(dir, sync string) (string, error) {
 	synchronous := sync
 	switch sync {
@@ -184,7 +185,7 @@ func sqliteURL(dir, sync string) (string, error) {
 	default:
 		return "", fmt.Errorf("store sync %q: want %q, %q or %q", sync, SyncInterval, SyncFull, SyncNormal)
 	}
-	return "file:" + dir + "/?_pragma=synchronous(" + synchronous + ")", nil
+	return "file:" + dir + "/?_pragma=synchronous(" + synchronous + ")&_pragma=temp_store(memory)", nil
 }
 
 // StartMongo starts FerretDB and waits until it accepts connections.

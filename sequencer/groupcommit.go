@@ -30,16 +30,31 @@ import (
 type mergingStore struct {
 	Store
 	writing  sync.Mutex // held by the write under way
-	inserts  commitQueue[[]storage.Message]
+	inserts  commitQueue[insertCall]
 	counters commitQueue[map[string]storage.Counters]
 }
+
+// insertCall is one partition's messages to insert in a round and, if set, the counters to raise
+// once they are all stored, right after the round's insert. A flush is then one visit to the
+// store, not two: apart, its counters would wait for the counter raises already waiting, and for
+// the next round of inserts, which the other partitions' inserts would make meanwhile.
+type insertCall struct {
+	msgs     []storage.Message
+	counters func() map[string]storage.Counters // called on the round's goroutine, while the caller waits
+}
+
+// countersError is InsertAdvancing's failure to raise the counters of the messages it stored.
+type countersError struct{ err error }
+
+func (e *countersError) Error() string { return "raise counters: " + e.err.Error() }
+func (e *countersError) Unwrap() error { return e.err }
 
 // newMergingStore merges rounds of at most maxRound messages (or conversations), each bounded by
 // timeout; a single write larger than that goes alone.
 func newMergingStore(store Store, maxRound int, timeout time.Duration) *mergingStore {
 	m := &mergingStore{Store: store}
-	m.inserts = commitQueue[[]storage.Message]{maxRound: maxRound, size: func(msgs []storage.Message) int { return len(msgs) },
-		run: func(calls []*commitCall[[]storage.Message]) { m.insertRound(timeout, calls) }}
+	m.inserts = commitQueue[insertCall]{maxRound: maxRound, size: func(c insertCall) int { return len(c.msgs) },
+		run: func(calls []*commitCall[insertCall]) { m.insertRound(timeout, calls) }}
 	m.counters = commitQueue[map[string]storage.Counters]{maxRound: maxRound, size: func(c map[string]storage.Counters) int { return len(c) },
 		run: func(calls []*commitCall[map[string]storage.Counters]) { m.countersRound(timeout, calls) }}
 	return m
@@ -49,7 +64,17 @@ func newMergingStore(store Store, maxRound int, timeout time.Duration) *mergingS
 // partitions' messages waiting at the same moment. A *storage.DuplicateError's Index counts
 // within msgs, as the caller expects.
 func (m *mergingStore) InsertMessages(ctx context.Context, msgs []storage.Message) error {
-	return m.inserts.do(ctx, msgs)
+	return m.inserts.do(ctx, insertCall{msgs: msgs})
+}
+
+// InsertAdvancing stores msgs as InsertMessages does and, once they are all stored, raises the
+// counters that counters then returns, in the same visit to the store: in one bulk write with the
+// counters of the round's other partitions, right after the round's insert. counters runs on
+// another goroutine while InsertAdvancing waits, and only if every message was stored. A failure
+// to raise them is a *countersError; any other error is the insert's, and no counters were asked
+// for.
+func (m *mergingStore) InsertAdvancing(ctx context.Context, msgs []storage.Message, counters func() map[string]storage.Counters) error {
+	return m.inserts.do(ctx, insertCall{msgs: msgs, counters: counters})
 }
 
 // AdvanceCounters raises counters as Store.AdvanceCounters does, in one bulk write with the
@@ -68,36 +93,63 @@ func (m *mergingStore) SealBucket(ctx context.Context, msgs []storage.Message) e
 
 // insertRound inserts the calls' messages in call order with ordered inserts: a duplicate ends
 // the insert at its message, so the calls before it are stored, its own call learns where, and
-// the calls after it go again in the next insert.
-func (m *mergingStore) insertRound(timeout time.Duration, calls []*commitCall[[]storage.Message]) {
+// the calls after it go again in the next insert. Then it raises the counters of the calls stored
+// that have any, in one bulk write, before another write can come between.
+func (m *mergingStore) insertRound(timeout time.Duration, calls []*commitCall[insertCall]) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	m.writing.Lock()
+	defer m.writing.Unlock()
+	var advancing []*commitCall[insertCall]
+	stored := func(c *commitCall[insertCall]) {
+		if c.items.counters != nil {
+			advancing = append(advancing, c)
+		} else {
+			c.finish(nil)
+		}
+	}
 	for len(calls) > 0 {
 		var all []storage.Message
 		for _, c := range calls {
-			all = append(all, c.items...)
+			all = append(all, c.items.msgs...)
 		}
-		m.writing.Lock()
 		err := m.Store.InsertMessages(ctx, all)
-		m.writing.Unlock()
 		var dup *storage.DuplicateError
 		if err == nil || !errors.As(err, &dup) || dup.Index >= len(all) {
 			for _, c := range calls {
-				c.finish(err)
+				if err == nil {
+					stored(c)
+				} else {
+					c.finish(err)
+				}
 			}
-			return
+			break
 		}
 		start := 0
 		for i, c := range calls {
-			if dup.Index >= start+len(c.items) {
-				c.finish(nil)
-				start += len(c.items)
+			if dup.Index >= start+len(c.items.msgs) {
+				stored(c)
+				start += len(c.items.msgs)
 				continue
 			}
 			c.finish(&storage.DuplicateError{Index: dup.Index - start, Err: dup.Err})
 			calls = calls[i+1:]
 			break
 		}
+	}
+	if len(advancing) == 0 {
+		return
+	}
+	all := make(map[string]storage.Counters)
+	for _, c := range advancing {
+		maps.Copy(all, c.items.counters())
+	}
+	var err error
+	if err = m.Store.AdvanceCounters(ctx, all); err != nil {
+		err = &countersError{err: err}
+	}
+	for _, c := range advancing {
+		c.finish(err)
 	}
 }
 

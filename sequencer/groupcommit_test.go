@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ type gatedStore struct {
 	mu       sync.Mutex
 	inserts  [][]string // client ids per insert
 	counters [][]string // conversation ids per raise, sorted
+	writes   []string   // both kinds in the order written: "insert a b", "raise c-a"
 }
 
 func (s *gatedStore) InsertMessages(_ context.Context, msgs []storage.Message) error {
@@ -34,6 +36,7 @@ func (s *gatedStore) InsertMessages(_ context.Context, msgs []storage.Message) e
 		ids = append(ids, m.ClientMsgID)
 	}
 	s.inserts = append(s.inserts, ids)
+	s.writes = append(s.writes, strings.Join(append([]string{"insert"}, ids...), " "))
 	for i, m := range msgs {
 		if s.taken[m.ClientMsgID] {
 			return &storage.DuplicateError{Index: i, Err: errors.New("E11000")}
@@ -54,6 +57,7 @@ func (s *gatedStore) AdvanceCounters(_ context.Context, counters map[string]stor
 		}
 	})
 	s.counters = append(s.counters, ids)
+	s.writes = append(s.writes, strings.Join(append([]string{"raise"}, ids...), " "))
 	if slices.Contains(ids, "broken") {
 		return errors.New("store down")
 	}
@@ -177,6 +181,79 @@ func TestMergedCounterRaisesShareTheirOutcome(t *testing.T) {
 	_, counters := store.recorded()
 	if want := [][]string{{"first"}, {"broken", "other"}}; !slices.EqualFunc(counters, want, slices.Equal) {
 		t.Fatalf("the store was given raises %v; want %v", counters, want)
+	}
+}
+
+// insertAdvancing is a partition's flush of ids: its messages, then a raise of their
+// conversations' counters, which it reports asked for in asked.
+func insertAdvancing(m *mergingStore, asked *sync.Map, ids ...string) func() error {
+	return func() error {
+		return m.InsertAdvancing(context.Background(), messages(ids...), func() map[string]storage.Counters {
+			counters := make(map[string]storage.Counters)
+			for _, msg := range messages(ids...) {
+				counters[msg.ConversationID] = storage.Counters{LastSeq: 1}
+				asked.Store(msg.ClientMsgID, true)
+			}
+			return counters
+		})
+	}
+}
+
+func TestAFlushRaisesItsCountersInTheVisitThatStoresItsMessages(t *testing.T) {
+	store := &gatedStore{gate: make(chan struct{})}
+	m := newMergingStore(store, 100, time.Minute)
+	var asked sync.Map
+	errs := whileBusy(t, store, m, insertAdvancing(m, &asked, "a"), insertAdvancing(m, &asked, "b"), insertAdvancing(m, &asked, "c"))
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("flush %d: %v", i, err)
+		}
+	}
+	store.mu.Lock()
+	writes := slices.Clone(store.writes)
+	store.mu.Unlock()
+	// Each insert is followed at once by the raise of its flushes' counters, merged.
+	if want := []string{"insert a", "raise c-a", "insert b c", "raise c-b c-c"}; !slices.Equal(writes, want) {
+		t.Fatalf("the store was given %q; want %q", writes, want)
+	}
+}
+
+func TestAFlushWithADuplicateIsAskedForNoCounters(t *testing.T) {
+	store := &gatedStore{gate: make(chan struct{}), taken: map[string]bool{"b2": true}}
+	m := newMergingStore(store, 100, time.Minute)
+	var asked sync.Map
+	errs := whileBusy(t, store, m, insertAdvancing(m, &asked, "a"), insertAdvancing(m, &asked, "b1", "b2"), insertAdvancing(m, &asked, "c"))
+	var dup *storage.DuplicateError
+	if !errors.As(errs[1], &dup) || dup.Index != 1 {
+		t.Fatalf("the flush holding the duplicate got %v; want a duplicate at its own index 1", errs[1])
+	}
+	if _, ok := asked.Load("b1"); ok {
+		t.Fatal("the flush holding the duplicate was asked for its counters; want it left to sort the duplicate out first")
+	}
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("flushes without a duplicate got %v", errs)
+	}
+	store.mu.Lock()
+	writes := slices.Clone(store.writes)
+	store.mu.Unlock()
+	if want := []string{"insert a", "raise c-a", "insert b1 b2 c", "insert c", "raise c-c"}; !slices.Equal(writes, want) {
+		t.Fatalf("the store was given %q; want %q", writes, want)
+	}
+}
+
+func TestAFailedRaiseAfterAStoredInsertIsACountersError(t *testing.T) {
+	store := &gatedStore{gate: make(chan struct{})}
+	close(store.gate)
+	m := newMergingStore(store, 100, time.Minute)
+	err := m.InsertAdvancing(context.Background(), messages("x"), func() map[string]storage.Counters {
+		return map[string]storage.Counters{"broken": {LastSeq: 1}}
+	})
+	var notRaised *countersError
+	if !errors.As(err, &notRaised) {
+		t.Fatalf("a flush whose messages were stored and whose raise failed got %v; want a *countersError", err)
+	}
+	if inserts, _ := store.recorded(); len(inserts) != 1 {
+		t.Fatalf("the store was given inserts %v; want the one", inserts)
 	}
 }
 

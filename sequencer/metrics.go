@@ -59,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		storeInsert: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "chatd_sequencer_store_insert_seconds",
-			Help:    "Time to write one group commit's new messages to the store: the ordered insertMany, with the lookups and re-inserts past a duplicate.",
+			Help:    "Time to write one group commit's new messages to the store: the ordered insertMany, with the lookups and re-inserts past a duplicate, and the counters raised in the same visit.",
 			Buckets: latencyBuckets,
 		}),
 		acks: f.NewCounter(prometheus.CounterOpts{

@@ -278,9 +278,9 @@ func (p *partition) flush(batch []pending) {
 			fresh = append(fresh, e)
 		}
 	}
-	p.insert(ctx, fresh)
+	counters, err := p.persist(ctx, fresh, entries, msgs)
 	// A change's version may not be stored before the conversation's lastVersion covers it.
-	if p.advanceCounters(ctx, entries, msgs) {
+	if p.advanced(entries, counters, err) {
 		p.storeChanges(ctx, entries, msgs)
 	}
 	if p.stillOwner != nil && !p.stillOwner() {
@@ -589,18 +589,40 @@ func (p *partition) storeChanges(ctx context.Context, entries []*entry, msgs *ba
 	}
 }
 
-// insert stores the fresh entries with ordered insertMany calls. A duplicate clientMsgId is a
-// retry stored before this owner's memory: it is answered with the stored message and the later
-// seqs of its conversation close up. A duplicate seq means another writer got there first: that
-// conversation's sends fail as retryable and its state is reloaded on the next send.
-func (p *partition) insert(ctx context.Context, fresh []*entry) {
-	if len(fresh) == 0 {
-		return
+// persist stores the batch's new messages, then raises its counters (countersOf) and returns
+// them with the raise's error. When the first insert stores every new message, as it nearly
+// always does, the counters are raised in the same visit to the store
+// (mergingStore.InsertAdvancing); otherwise on their own once the duplicates are sorted out.
+func (p *partition) persist(ctx context.Context, fresh, entries []*entry, msgs *batchMessages) (map[string]storage.Counters, error) {
+	var counters map[string]storage.Counters
+	if len(fresh) > 0 {
+		defer p.seq.metrics.inserted(time.Now())
+		err := p.seq.store.InsertAdvancing(ctx, messagesOf(fresh), func() map[string]storage.Counters {
+			markStored(fresh)
+			counters = p.countersOf(entries, msgs)
+			return counters
+		})
+		var notRaised *countersError
+		if err == nil || errors.As(err, &notRaised) {
+			if notRaised != nil {
+				return counters, notRaised.err
+			}
+			return counters, nil
+		}
+		p.insertRest(ctx, fresh, err)
 	}
-	defer p.seq.metrics.inserted(time.Now())
+	counters = p.countersOf(entries, msgs)
+	return counters, p.seq.store.AdvanceCounters(ctx, counters)
+}
+
+// insertRest stores the fresh entries whose first insert failed with err, with further ordered
+// insertMany calls. A duplicate clientMsgId is a retry stored before this owner's memory: it is
+// answered with the stored message and the later seqs of its conversation close up. A duplicate
+// seq means another writer got there first: that conversation's sends fail as retryable and its
+// state is reloaded on the next send.
+func (p *partition) insertRest(ctx context.Context, fresh []*entry, err error) {
 	rest := fresh
-	for len(rest) > 0 {
-		err := p.seq.store.InsertMessages(ctx, messagesOf(rest))
+	for {
 		if err == nil {
 			markStored(rest)
 			return
@@ -647,6 +669,10 @@ func (p *partition) insert(ctx context.Context, fresh []*entry) {
 			return
 		}
 		rest = after
+		if len(rest) == 0 {
+			return
+		}
+		err = p.seq.store.InsertMessages(ctx, messagesOf(rest))
 	}
 }
 
@@ -659,12 +685,11 @@ func (p *partition) fail(entries []*entry, reason string) {
 	}
 }
 
-// advanceCounters raises conversations.lastSeq and lastVersion for every conversation the batch
-// touched, and each sender's newest seq (their read position), and moves their previews to the newest message (or to the new text of the newest
-// message, edited or deleted); changes are written after it, so lastVersion is never below a
-// stored version. If it fails nothing is acked: the stored messages stay remembered, so the retry
-// acks the same seq, and the changes are not written at all: it reports false.
-func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs *batchMessages) bool {
+// countersOf is what the batch raises in the store: conversations.lastSeq and lastVersion for
+// every conversation the batch touched, and each sender's newest seq (their read position), and
+// their previews moved to the newest message (or to the new text of the newest message, edited
+// or deleted); changes are written after them, so lastVersion is never below a stored version.
+func (p *partition) countersOf(entries []*entry, msgs *batchMessages) map[string]storage.Counters {
 	counters := make(map[string]storage.Counters)
 	p.noteMentions(entries, msgs)
 	for _, e := range entries {
@@ -699,20 +724,27 @@ func (p *partition) advanceCounters(ctx context.Context, entries []*entry, msgs 
 			counters[bm.msg.ConversationID] = n
 		}
 	}
-	if err := p.seq.store.AdvanceCounters(ctx, counters); err != nil {
-		p.seq.log.Error().Err(err).Int("partition", p.id).Msg("advance lastSeq")
-		p.unwrittenMentions(counters)
-		for _, e := range entries {
-			if e.result != nil {
-				if e.change == nil && e.req.Op == "" {
-					p.recent.add(recentKey(e.req.ConversationID, e.req.ClientMsgID), *e.result)
-				}
-				e.result, e.refused, e.reason = nil, protocol.ErrUnavailable, failStore
-			}
-		}
-		return false
+	return counters
+}
+
+// advanced reports whether the batch's counters were raised (err is the raise's error). If not,
+// nothing is acked: the stored messages stay remembered, so the retry acks the same seq, and the
+// changes are not written at all.
+func (p *partition) advanced(entries []*entry, counters map[string]storage.Counters, err error) bool {
+	if err == nil {
+		return true
 	}
-	return true
+	p.seq.log.Error().Err(err).Int("partition", p.id).Msg("advance lastSeq")
+	p.unwrittenMentions(counters)
+	for _, e := range entries {
+		if e.result != nil {
+			if e.change == nil && e.req.Op == "" {
+				p.recent.add(recentKey(e.req.ConversationID, e.req.ClientMsgID), *e.result)
+			}
+			e.result, e.refused, e.reason = nil, protocol.ErrUnavailable, failStore
+		}
+	}
+	return false
 }
 
 // publish sends the batch's stored messages to their conversations' fan-out subjects: new ones

@@ -108,7 +108,7 @@ func (r reply) refusal() *protocol.Error {
 type Sequencer struct {
 	cfg   Config
 	nc    *nats.Conn
-	store Store
+	store *mergingStore
 	log   zerolog.Logger
 	// metrics is cfg.Metrics, nil when nothing is recorded.
 	metrics *Metrics

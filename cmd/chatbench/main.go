@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -75,6 +76,7 @@ type config struct {
 	ServerPIDs []int         `json:"-"`
 	StorePID   int           `json:"-"`
 	JSON       bool          `json:"-"`
+	CPUProfile string        `json:"-"`
 }
 
 func main() {
@@ -112,6 +114,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "chatbench:", err)
 		os.Exit(2)
 	}
+	if cfg.CPUProfile != "" {
+		stopProfile, err := startCPUProfile(cfg.CPUProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chatbench:", err)
+			os.Exit(1)
+		}
+		defer stopProfile()
+	}
 	rep, err := runBench(ctx, cfg, os.Stderr)
 	if rep != nil {
 		if perr := rep.print(os.Stdout, cfg.JSON); perr != nil && err == nil {
@@ -122,6 +132,24 @@ func main() {
 		fmt.Fprintln(os.Stderr, "chatbench:", err)
 		os.Exit(1)
 	}
+}
+
+// startCPUProfile profiles the generator into path until the returned function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "chatbench: cpu profile:", err)
+		}
+	}, nil
 }
 
 // runSubcommand runs `chatbench seed` or `chatbench page`.
@@ -173,6 +201,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	pids := fs.String("server-pid", "", "comma-separated process ids of the nodes, to report their memory (VmRSS) per connection")
 	fs.IntVar(&cfg.StorePID, "store-pid", 0, "process id of the store (chatstore), to report the CPU it used signing in, connecting and sending")
 	fs.BoolVar(&cfg.JSON, "json", false, "print the report as JSON")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write the generator's own CPU profile to this file (what measuring costs on a shared machine)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
