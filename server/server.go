@@ -234,7 +234,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		writeError(w, refused.status, refused.msg)
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins,
+	conn, err := session.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins,
 		Subprotocols: []string{subprotocol}})
 	if err != nil {
 		// Accept has already answered the request (400 for a bad upgrade).

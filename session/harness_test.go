@@ -101,7 +101,7 @@ func startServer(t *testing.T, o serverOptions) *server {
 	log := zerolog.New(logs)
 	var serving sync.WaitGroup
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, err := websocket.Accept(w, r, nil)
+		conn, err := session.Accept(w, r, nil)
 		if err != nil {
 			t.Errorf("accept: %v", err)
 			return

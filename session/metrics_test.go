@@ -90,7 +90,7 @@ func TestMetricsCountSessionsRefusedAtOpen(t *testing.T) {
 	cfg, reg := metricsConfig(session.Config{})
 	served := make(chan error, 1)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, err := websocket.Accept(w, r, nil)
+		conn, err := session.Accept(w, r, nil)
 		if err != nil {
 			served <- err
 			return

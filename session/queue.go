@@ -52,6 +52,9 @@ type outbox struct {
 	// writer says whether a writer runs or waits for the pool; it is what keeps writers one
 	// at a time.
 	writer writerState
+	// gathering holds the must-deliver frames the writer has gathered (gather.go) and not yet
+	// handed to the kernel: they stay counted until then.
+	gathering []outFrame
 }
 
 // writerState is where a session's writer is.
@@ -321,6 +324,7 @@ func (q *outbox) nextRound() round {
 		return round{next: roundWrite, must: q.must.len(), ephemeral: q.ephOrder.len()}
 	default:
 		q.writer = writerIdle
+		q.gathering = nil // an idle session holds nothing
 		return round{next: roundIdle}
 	}
 }
@@ -332,18 +336,44 @@ func (q *outbox) takeMust() (outFrame, bool) {
 	return q.must.pop()
 }
 
+// gathered notes a must-deliver frame the writer has gathered; it stays counted until handedOver.
+func (q *outbox) gathered(f outFrame) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.gathering = append(q.gathering, f)
+}
+
+// handedOver uncounts the gathered frames, which are going to the kernel now.
+func (q *outbox) handedOver() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.uncount(q.gathering...)
+	clear(q.gathering)
+	q.gathering = q.gathering[:0]
+}
+
 // written uncounts a must-deliver frame the writer has written and wakes waiting replies.
 func (q *outbox) written(f outFrame) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if f.push {
-		q.pushBytes -= len(f.data)
-		if !q.overSince.IsZero() && q.pushBytes <= q.limit {
-			q.overSince = time.Time{}
-			q.graceTimer.Stop() // back under in time; only when going under, not every frame
+	q.uncount(f)
+}
+
+// uncount takes frames out of the queued bytes; called with the outbox locked.
+func (q *outbox) uncount(frames ...outFrame) {
+	if len(frames) == 0 {
+		return
+	}
+	for _, f := range frames {
+		if f.push {
+			q.pushBytes -= len(f.data)
+		} else {
+			q.replyBytes -= len(f.data)
 		}
-	} else {
-		q.replyBytes -= len(f.data)
+	}
+	if !q.overSince.IsZero() && q.pushBytes <= q.limit {
+		q.overSince = time.Time{}
+		q.graceTimer.Stop() // back under in time; only when going under, not every frame
 	}
 	if q.room != nil {
 		close(q.room)

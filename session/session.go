@@ -59,6 +59,7 @@ type Session struct {
 	id     string
 	userID string
 	conn   *websocket.Conn
+	gather *gatherConn // under conn: the writer gathers a round's frames into one write
 	cfg    Config
 	log    zerolog.Logger // shared; logAt adds the session's fields to each line
 	peer   Peer
@@ -94,16 +95,17 @@ type Peer struct {
 	ForwardedFor string // X-Forwarded-For, as set by a load balancer; may be empty
 }
 
-// New wraps an accepted connection of userID from peer. Sessions of one user that share limits
+// New wraps a connection of userID from peer, accepted by Accept. Sessions of one user that share limits
 // share that user's send and frame budgets; with nil limits every budget is this connection's own.
-func New(conn *websocket.Conn, userID string, peer Peer, cfg Config, limits *Limits, log zerolog.Logger) *Session {
+func New(sock *Socket, userID string, peer Peer, cfg Config, limits *Limits, log zerolog.Logger) *Session {
 	cfg = cfg.withDefaults()
 	id := uuid.NewString()
-	conn.SetReadLimit(cfg.ReadLimit)
-	return &Session{
+	sock.SetReadLimit(cfg.ReadLimit)
+	s := &Session{
 		id:     id,
 		userID: userID,
-		conn:   conn,
+		conn:   sock.Conn,
+		gather: sock.gather,
 		cfg:    cfg,
 		log:    log,
 		peer:   peer,
@@ -114,6 +116,8 @@ func New(conn *websocket.Conn, userID string, peer Peer, cfg Config, limits *Lim
 		life:   lifetime{done: make(chan struct{})},
 		out:    outbox{limit: cfg.MaxQueuedBytes},
 	}
+	sock.gather.handOver = s.out.handedOver
+	return s
 }
 
 // ID identifies the session.

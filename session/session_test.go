@@ -274,11 +274,14 @@ func TestSlowConsumerIsCutAndReaderIsNot(t *testing.T) {
 
 	t.Run("behind for longer than the grace", func(t *testing.T) {
 		const grace = 300 * time.Millisecond
-		srv := startServer(t, serverOptions{cfg: session.Config{MaxQueuedBytes: maxQueued, SlowConsumerGrace: grace}, smallBuffers: true})
+		// A limit well above what the kernel's buffers take: the writer hands them up to 32 KiB
+		// at a time, and each write may go past a small send buffer by tens of kilobytes.
+		const limit = 4 * maxQueued
+		srv := startServer(t, serverOptions{cfg: session.Config{MaxQueuedBytes: limit, SlowConsumerGrace: grace}, smallBuffers: true})
 		c := srv.dial("alice")
-		// Three times the limit, under the hard bound of four (the kernel's buffers take a little):
-		// a reader may be this far behind for a moment.
-		for i := range 3 * maxQueued / frameSize {
+		// Three times the limit, under the hard bound of four: a reader may be this far behind
+		// for a moment.
+		for i := range 3 * limit / frameSize {
 			if !c.sess.Push(frameOfSize("m", frameSize)) {
 				t.Fatalf("push %d refused within the grace", i)
 			}

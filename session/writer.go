@@ -61,8 +61,22 @@ func (s *Session) writeUntilIdle() (finish bool) {
 }
 
 // writeRound writes the must-deliver frames, then the ephemeral ones, that waited when the
-// round began. It returns early when the session closes, leaving the rest to finish.
-func (s *Session) writeRound(must, ephemeral int) error {
+// round began. It returns early when the session closes, leaving the rest to finish. Several
+// frames are gathered and handed to the kernel in one write (gather.go); until then they still
+// count as queued, so a client that does not read is measured as before.
+func (s *Session) writeRound(must, ephemeral int) (err error) {
+	gathering := must+ephemeral > 1
+	if gathering {
+		s.gather.hold()
+		defer func() {
+			s.watchdog.begin(s.conn, s.cfg.WriteTimeout)
+			released := s.gather.release()
+			s.watchdog.end()
+			if err == nil && released != nil {
+				err = fmt.Errorf("write frames: %w", released)
+			}
+		}()
+	}
 	for range must {
 		if s.closing() {
 			return nil
@@ -72,7 +86,11 @@ func (s *Session) writeRound(must, ephemeral int) error {
 			break
 		}
 		err := s.writeWatched(f.data)
-		s.out.written(f)
+		if gathering {
+			s.out.gathered(f)
+		} else {
+			s.out.written(f)
+		}
 		if err != nil {
 			return err
 		}
