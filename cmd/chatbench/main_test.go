@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/testenv"
 )
 
@@ -169,4 +170,35 @@ func runAgainst(t *testing.T, args ...string) (*report, reportJSON, string) {
 		t.Fatalf("decode report: %v\n%s", err, out.String())
 	}
 	return rep, j, out.String()
+}
+
+// A pushed message frame, as the hub writes it, is read the quick way with the sender and body
+// a full decode finds; a body with an escape is left to the full decode.
+func TestQuickMessageReadsWhatAFullDecodeReads(t *testing.T) {
+	push := func(m protocol.Message) []byte {
+		data, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]byte(`{"type":"message",`), data[1:]...)
+	}
+	data := push(protocol.Message{ConversationID: "c1", Seq: 7, SenderID: "alice", Kind: protocol.KindText,
+		Body: "chatbench 123", Quote: &protocol.Quote{SenderID: "bob", Body: "earlier"}})
+	f, ok := quickMessage(data)
+	if !ok {
+		t.Fatalf("quickMessage refused %s", data)
+	}
+	var full frame
+	if err := json.Unmarshal(data, &full); err != nil {
+		t.Fatal(err)
+	}
+	if f.Type != full.Type || f.SenderID != full.SenderID || f.Body != full.Body {
+		t.Fatalf("quick read %+v; a full decode reads type %q sender %q body %q", f, full.Type, full.SenderID, full.Body)
+	}
+	if _, ok := quickMessage(push(protocol.Message{SenderID: "alice", Body: `say "hi"`})); ok {
+		t.Fatal("quickMessage read a body with escapes; want it left to the full decode")
+	}
+	if _, ok := quickMessage([]byte(`{"type":"ack","id":"1","senderId":"x","body":"y"}`)); ok {
+		t.Fatal("quickMessage read an ack; want only message pushes")
+	}
 }
