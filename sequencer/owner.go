@@ -603,11 +603,11 @@ func (p *partition) persist(ctx context.Context, fresh, entries []*entry, msgs *
 			return counters
 		})
 		var notRaised *countersError
-		if err == nil || errors.As(err, &notRaised) {
-			if notRaised != nil {
-				return counters, notRaised.err
-			}
+		switch {
+		case err == nil:
 			return counters, nil
+		case errors.As(err, &notRaised):
+			return counters, notRaised.err
 		}
 		p.insertRest(ctx, fresh, err)
 	}

@@ -80,7 +80,9 @@ func (g *gatherConn) writeHeld() error {
 	if len(b) == 0 {
 		return nil
 	}
-	g.handOver()
+	if g.handOver != nil {
+		g.handOver()
+	}
 	if _, err := g.Conn.Write(b); err != nil {
 		return fmt.Errorf("write gathered frames: %w", err)
 	}
