@@ -35,8 +35,19 @@ func (p *page) openMessageMenu(seq int64) {
 	p.t.Helper()
 	button := msgSel(seq) + " .msg-actions"
 	p.waitFor(fmt.Sprintf("message %d with its menu button", seq), fmt.Sprintf(`!!document.querySelector(%q)`, button))
-	p.do(fmt.Sprintf("hover message %d", seq), chromedp.ScrollIntoView(chromedp.CSS(msgSel(seq))), hoverCenter(msgSel(seq)+" .bubble"))
-	p.waitFor("the menu button to show on hover", fmt.Sprintf(`getComputedStyle(document.querySelector(%q)).opacity === '1'`, button))
+	shown := fmt.Sprintf(`getComputedStyle(document.querySelector(%q)).opacity === '1'`, button)
+	// A message arriving meanwhile may scroll the page to the newest, away from the pointer:
+	// point again, a few times, before giving up.
+	for range 3 {
+		p.do(fmt.Sprintf("hover message %d", seq), chromedp.ScrollIntoView(chromedp.CSS(msgSel(seq))), hoverCenter(msgSel(seq)+" .bubble"))
+		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+		_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](shown, chromedp.WithPollingInterval(pollInterval), chromedp.WithPollingTimeout(3*time.Second)))
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	p.waitFor("the menu button to show on hover", shown)
 	p.do(fmt.Sprintf("open message %d's menu", seq), chromedp.Click(chromedp.CSS(button)))
 	p.waitFor("the message menu", `!document.getElementById('msg-menu').hidden && document.activeElement === document.getElementById('msg-reply')`)
 }

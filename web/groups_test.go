@@ -20,6 +20,9 @@ func TestPinBarForEveryone(t *testing.T) {
 		alice.typeMessage(fmt.Sprintf("chatter %d", i), true)
 	}
 	carol.untilShown(1, 30)
+	// All of them on bob's page too before he points at one: a message arriving after the hover
+	// scrolls his page to the newest, away from the pointer.
+	bob.untilShown(1, 30)
 	bob.openMessageMenu(2)
 	if eval[bool](bob, `!document.getElementById('msg-pin').hidden`) {
 		t.Fatal("bob, a member, is offered Pin")
