@@ -114,15 +114,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "chatbench:", err)
 		os.Exit(2)
 	}
+	stopProfile := func() {}
 	if cfg.CPUProfile != "" {
-		stopProfile, err := startCPUProfile(cfg.CPUProfile)
-		if err != nil {
+		if stopProfile, err = startCPUProfile(cfg.CPUProfile); err != nil {
 			fmt.Fprintln(os.Stderr, "chatbench:", err)
 			os.Exit(1)
 		}
-		defer stopProfile()
 	}
 	rep, err := runBench(ctx, cfg, os.Stderr)
+	stopProfile() // written whole before the os.Exit of a failed run, which skips deferred calls
 	if rep != nil {
 		if perr := rep.print(os.Stdout, cfg.JSON); perr != nil && err == nil {
 			err = perr
