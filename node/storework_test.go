@@ -17,10 +17,12 @@ import (
 )
 
 // TestSendsCostTwoStoreWritesPerBatch: twenty members sending at once into one group cost the
-// store, per batch of sends, one insert of the messages' claims (which hold them) and one update
-// of the conversation's counters, one insert per bucket they fill, and no read-cursor write at all (the senders' read positions ride in the counters'
-// update), nor any write of the conversation's own document with its member list; yet each
-// sender has read up to their own newest message, as their badge, computed from the store, shows.
+// store, per batch of sends, one insert of the messages' claims (which hold them) and at most one
+// update of the conversation's counters (fewer while its owner runs ahead of them), one insert
+// per bucket they fill, and no read-cursor write at all (the senders' read positions ride in the
+// counters' update), nor any write of the conversation's own document with its member list; yet
+// each sender has read up to their own newest message, as their badge, computed from the store,
+// shows.
 func TestSendsCostTwoStoreWritesPerBatch(t *testing.T) {
 	const senders, each = 20, 5
 	env, n, rec := monitoredNode(t, func(cfg *node.Config) { cfg.Sequencer.Partitions = rtPartitions })
@@ -76,8 +78,8 @@ func TestSendsCostTwoStoreWritesPerBatch(t *testing.T) {
 	if writes["update readCursors"] > 0 || writes["insert readCursors"] > 0 {
 		t.Errorf("the sends wrote read cursors (%v); want none: a sender's position is stored with the batch", writes)
 	}
-	if inserts == 0 || updates != inserts {
-		t.Errorf("%d claim inserts and %d counter updates; want one of each per batch", inserts, updates)
+	if inserts == 0 || updates == 0 || updates > inserts {
+		t.Errorf("%d claim inserts and %d counter updates; want one insert per batch, and at most one update", inserts, updates)
 	}
 	if seals != senders*each/storage.BucketSize || writes["update messageBuckets"] > 0 {
 		t.Errorf("%d buckets sealed, %d bucket updates; want one insert per full bucket and nothing else", seals, writes["update messageBuckets"])

@@ -25,10 +25,7 @@ func (c *conversationState) mention(user string, seq int64, add bool) {
 	i, found := slices.BinarySearch(seqs, seq)
 	switch {
 	case add && !found:
-		seqs = slices.Insert(slices.Clone(seqs), i, seq)
-		if len(seqs) > storage.MaxMentionSeqs {
-			seqs = seqs[len(seqs)-storage.MaxMentionSeqs:]
-		}
+		seqs = storage.AddMention(seqs, seq)
 	case !add && found:
 		seqs = slices.Delete(slices.Clone(seqs), i, i+1)
 	default:

@@ -40,6 +40,8 @@ type partition struct {
 	done       chan struct{}
 	convs      map[string]*conversationState
 	recent     *recentIDs
+	// open holds the conversations whose counters this owner may have left open (ahead.go).
+	open map[string]bool
 	// tails counts the messages of the conversations' tails, roughly (a forgotten conversation's
 	// stay counted until the tails are next dropped).
 	tails int
@@ -78,6 +80,8 @@ type conversationState struct {
 	// mentionsChanged the members whose seqs changed since the counters were written (mentions.go).
 	mentioned       map[string][]int64
 	mentionsChanged map[string]bool
+
+	aheadState
 }
 
 // entry is one send of a batch on its way to the store, and what became of it.
@@ -138,6 +142,7 @@ func newPartition(s *Sequencer, id int, stillOwner func() bool) *partition {
 		done:       make(chan struct{}),
 		convs:      make(map[string]*conversationState),
 		recent:     newRecentIDs(s.cfg.RecentIDs),
+		open:       make(map[string]bool),
 	}
 }
 
@@ -200,10 +205,17 @@ func (p *partition) receive(m *nats.Msg) {
 
 func (p *partition) run() {
 	defer close(p.done)
+	var closing <-chan time.Time // armed while some conversation's counters are open
 	for {
+		if closing == nil && len(p.open) > 0 {
+			closing = time.After(aheadFor)
+		}
 		select {
 		case first := <-p.queue:
 			p.flush(p.collect(first))
+		case <-closing:
+			closing = nil
+			p.closeCounters()
 		case <-p.quit:
 			for {
 				select {
@@ -288,7 +300,7 @@ func (p *partition) flush(batch []pending) {
 		// through the message's claims when the client retries.
 		p.seq.staleAcks.event(&p.seq.log, zerolog.WarnLevel).Int("partition", p.id).Int("sends", len(batch)).
 			Msg("partition claimed by another node; sends answered as retryable")
-		p.convs = make(map[string]*conversationState)
+		p.convs, p.open = make(map[string]*conversationState), make(map[string]bool)
 		for _, e := range entries {
 			e.result, e.refused, e.reason = nil, protocol.ErrUnavailable, failNotOwner
 		}
@@ -691,11 +703,18 @@ func (p *partition) fail(entries []*entry, reason string) {
 // or deleted); changes are written after them, so lastVersion is never below a stored version.
 func (p *partition) countersOf(entries []*entry, msgs *batchMessages) map[string]storage.Counters {
 	counters := make(map[string]storage.Counters)
+	fresh := make(map[string]int)  // new messages stored per conversation
+	mixed := make(map[string]bool) // conversations the batch does more in than store new messages
 	p.noteMentions(entries, msgs)
 	for _, e := range entries {
 		c, ok := p.convs[e.req.ConversationID]
 		if !ok || e.result == nil {
 			continue
+		}
+		if e.assigned && e.stored != nil && e.req.Op == "" && e.req.Group == nil {
+			fresh[e.req.ConversationID]++
+		} else {
+			mixed[e.req.ConversationID] = true
 		}
 		n := counters[e.req.ConversationID]
 		n.LastSeq, n.LastVersion = c.lastSeq, c.lastVersion
@@ -714,8 +733,16 @@ func (p *partition) countersOf(entries []*entry, msgs *batchMessages) map[string
 		}
 		counters[e.req.ConversationID] = n
 	}
+	now := time.Now()
 	for id, n := range counters {
-		n.Mentioned = p.convs[id].changedMentions()
+		c := p.convs[id]
+		c.lastBatch = now
+		if !mixed[id] && c.holdBack(n, fresh[id], now) {
+			delete(counters, id)
+			continue
+		}
+		n = c.withAhead(n)
+		n.Mentioned, n.Ahead = c.changedMentions(), fresh[id] > 0
 		counters[id] = n
 	}
 	for _, bm := range msgs.changed {
@@ -731,11 +758,11 @@ func (p *partition) countersOf(entries []*entry, msgs *batchMessages) map[string
 // nothing is acked: the stored messages stay remembered, so the retry acks the same seq, and the
 // changes are not written at all.
 func (p *partition) advanced(entries []*entry, counters map[string]storage.Counters, err error) bool {
+	p.raised(counters, err, time.Now())
 	if err == nil {
 		return true
 	}
 	p.seq.log.Error().Err(err).Int("partition", p.id).Msg("advance lastSeq")
-	p.unwrittenMentions(counters)
 	for _, e := range entries {
 		if e.result != nil {
 			if e.change == nil && e.req.Op == "" {
@@ -880,6 +907,19 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 	}
 	c := &conversationState{lastSeq: max(conv.LastSeq, high), lastVersion: conv.LastVersion, mentioned: conv.Mentioned}
 	c.hold(conv)
+	if conv.CountersOpen {
+		// Its last owner left the counters open, and may have run ahead of them: the next raise
+		// writes all that a reader folds in now, so none of it is lost when lastSeq passes it, and
+		// closes them if no batch does it first.
+		c.ahead = storage.Counters{Newest: conv.LastMessage, Senders: conv.Senders}
+		p.open[id] = true
+		for u := range conv.Mentioned {
+			if c.mentionsChanged == nil {
+				c.mentionsChanged = make(map[string]bool)
+			}
+			c.mentionsChanged[u] = true
+		}
+	}
 	if len(p.convs) >= maxCachedConversations {
 		for evict := range p.convs {
 			delete(p.convs, evict)
@@ -905,11 +945,11 @@ func markStored(entries []*entry) {
 	}
 }
 
-// previewOf is what a conversation list shows of m.
+// previewOf is what a conversation list shows of m (storage.Message.Preview).
 func previewOf(m protocol.Message) storage.MessagePreview {
-	p := storage.MessagePreview{Seq: m.Seq, SenderID: m.SenderID, Kind: m.Kind, Body: protocol.QuoteText(m.Body), CreatedAt: m.CreatedAt}
+	stored := storage.Message{Seq: m.Seq, SenderID: m.SenderID, Kind: m.Kind, Body: m.Body, CreatedAt: m.CreatedAt}
 	if len(m.Attachments) > 0 {
-		p.Attachment = &storage.AttachmentRef{Name: m.Attachments[0].Name, Image: m.Attachments[0].Width > 0}
+		stored.Attachments = []storage.Attachment{{Name: m.Attachments[0].Name, Width: m.Attachments[0].Width}}
 	}
-	return p
+	return stored.Preview()
 }

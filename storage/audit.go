@@ -463,8 +463,7 @@ func previewDifference(stored *MessagePreview, newest *Message) string {
 	case stored == nil:
 		return fmt.Sprintf("no lastMessage; the newest stored message is seq %d", newest.Seq)
 	}
-	want := MessagePreview{Seq: newest.Seq, SenderID: newest.SenderID, Kind: newest.Kind, Body: protocol.QuoteText(newest.Body),
-		CreatedAt: newest.CreatedAt}
+	want := newest.Preview()
 	switch {
 	case stored.Seq != want.Seq:
 		return fmt.Sprintf("lastMessage is seq %d; the newest stored message is seq %d", stored.Seq, want.Seq)

@@ -51,6 +51,9 @@ type Conversation struct {
 	// Mentioned maps a member to the seqs of the newest messages that mention them (at most
 	// MaxMentionSeqs, oldest first), as the owner keeps them in the counter document.
 	Mentioned map[string][]int64 `bson:"-"`
+	// CountersOpen says the counters were open when read: their owner may have stored messages
+	// after the lastSeq it last raised them to, and the read folded those in (ahead.go).
+	CountersOpen bool `bson:"-"`
 }
 
 // counterDoc holds what a conversation's owner advances with every batch, in a document of its
@@ -66,6 +69,11 @@ type counterDoc struct {
 	Senders     map[string]int64 `bson:"senders,omitempty"`
 
 	Mentioned map[string][]int64 `bson:"mentioned,omitempty"` // see Conversation.Mentioned
+
+	// OpenedAt and ClosedAt say whether the owner may have stored messages after LastSeq
+	// (ahead.go).
+	OpenedAt int64 `bson:"openedAt,omitempty"`
+	ClosedAt int64 `bson:"closedAt,omitempty"`
 }
 
 // merge raises c's counters to k's, and takes k's preview unless c's is of a newer message.
@@ -86,7 +94,8 @@ func (c *Conversation) merge(k counterDoc) {
 	}
 }
 
-// withCounters merges each conversation's counter document into it, each read by _id.
+// withCounters merges each conversation's counter document into it, each read by _id, and
+// folds in the messages its owner stored ahead of them (ahead.go).
 func (s *Store) withCounters(ctx context.Context, convs []Conversation) error {
 	ids := make([]string, len(convs))
 	for i, c := range convs {
@@ -96,12 +105,18 @@ func (s *Store) withCounters(ctx context.Context, convs []Conversation) error {
 	if err != nil {
 		return fmt.Errorf("read counters of %d conversations: %w", len(convs), err)
 	}
+	var ahead []*Conversation
 	for i := range convs {
-		if k, ok := byID[convs[i].ID]; ok {
+		k, ok := byID[convs[i].ID]
+		if ok {
 			convs[i].merge(k)
 		}
+		if ok && k.ahead() {
+			convs[i].CountersOpen = true
+			ahead = append(ahead, &convs[i])
+		}
 	}
-	return nil
+	return s.foldAhead(ctx, ahead)
 }
 
 // ReadSeq is userID's read position in c, given their read cursor (the zero Cursor for none): the
@@ -250,6 +265,9 @@ type Counters struct {
 	Senders map[string]int64
 	// Mentioned are the members whose mention seqs the batch changed, each with all of them now.
 	Mentioned map[string][]int64
+	// Ahead says the batch stores new messages, and its writer may store more before it raises
+	// the counters again (ahead.go): the raise opens the counters instead of closing them.
+	Ahead bool
 }
 
 // AdvanceCounters raises each conversation's lastSeq and lastVersion, and each sender's newest
@@ -257,7 +275,7 @@ type Counters struct {
 // bulk write to the counter documents. A zero counter is left as it is, and a preview never
 // replaces that of a newer message. A change replaces the preview of its message wherever that
 // preview is, so a batch with changes writes to the conversations too, for the previews that
-// predate the counter documents.
+// predate the counter documents. Each raise opens the counters or closes them (Counters.Ahead).
 func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counters) (err error) {
 	defer s.metrics.observe(opAdvanceCounters, time.Now(), &err)
 	if len(counters) == 0 {
@@ -266,7 +284,7 @@ func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counter
 	raises := make([]mongo.WriteModel, 0, len(counters))
 	var changes []mongo.WriteModel
 	for id, c := range counters {
-		raise := bson.D{{Key: "lastSeq", Value: c.LastSeq}}
+		raise := bson.D{{Key: "lastSeq", Value: c.LastSeq}, {Key: aheadField(c.Ahead), Value: c.LastSeq}}
 		if c.LastVersion > 0 {
 			raise = append(raise, bson.E{Key: "lastVersion", Value: c.LastVersion})
 		}
@@ -303,6 +321,15 @@ func (s *Store) AdvanceCounters(ctx context.Context, counters map[string]Counter
 		return fmt.Errorf("change previews of %d conversations: %w", len(counters), err)
 	}
 	return nil
+}
+
+// aheadField is the seq a raise moves to its lastSeq: openedAt when it lets its writer run ahead,
+// else closedAt (ahead.go).
+func aheadField(ahead bool) string {
+	if ahead {
+		return "openedAt"
+	}
+	return "closedAt"
 }
 
 // AddMembers adds users to a group, each with a read cursor and the group in their memberships.

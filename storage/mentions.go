@@ -1,6 +1,10 @@
 package storage
 
-import "go.mongodb.org/mongo-driver/v2/bson"
+import (
+	"slices"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
 
 // MaxMentionSeqs bounds the seqs a conversation's counter document keeps of the messages that
 // mention one member (the newest): the document is rewritten with every batch, so it must stay
@@ -17,4 +21,18 @@ func mentionedFields(mentioned map[string][]int64) bson.D {
 		set = append(set, bson.E{Key: "mentioned." + user, Value: seqs})
 	}
 	return set
+}
+
+// AddMention returns a member's mention seqs with seq among them, in order, keeping the newest
+// MaxMentionSeqs; seqs itself is left as it is.
+func AddMention(seqs []int64, seq int64) []int64 {
+	i, found := slices.BinarySearch(seqs, seq)
+	if found {
+		return seqs
+	}
+	seqs = slices.Insert(slices.Clone(seqs), i, seq)
+	if len(seqs) > MaxMentionSeqs {
+		seqs = seqs[len(seqs)-MaxMentionSeqs:]
+	}
+	return seqs
 }

@@ -48,6 +48,15 @@ type Message struct {
 	Attachments []Attachment `bson:"attachments,omitempty"`
 }
 
+// Preview is what a conversation list shows of m.
+func (m Message) Preview() MessagePreview {
+	p := MessagePreview{Seq: m.Seq, SenderID: m.SenderID, Kind: m.Kind, Body: protocol.QuoteText(m.Body), CreatedAt: m.CreatedAt}
+	if len(m.Attachments) > 0 {
+		p.Attachment = &AttachmentRef{Name: m.Attachments[0].Name, Image: m.Attachments[0].Width > 0}
+	}
+	return p
+}
+
 // Quote is the start of a replied-to message, copied into the reply.
 type Quote struct {
 	SenderID string `bson:"senderId"`
