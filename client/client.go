@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
@@ -318,7 +319,8 @@ func (c *Conn) Request(ctx context.Context, f protocol.ClientFrame) (protocol.Se
 	select {
 	case r := <-ch:
 		if r.Type == protocol.TypeError {
-			return r, &protocol.Error{Code: r.Code, Message: r.Message, Retryable: r.Retryable}
+			return r, &protocol.Error{Code: r.Code, Message: r.Message, Retryable: r.Retryable,
+				RetryAfter: time.Duration(r.RetryAfterMs) * time.Millisecond}
 		}
 		return r, nil
 	case <-c.done:

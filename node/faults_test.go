@@ -40,7 +40,8 @@ func faultConfig(env testenv.Env) node.Config {
 }
 
 // sender sends numbered messages one after another, as a client with an outbox does: each is
-// retried with its clientMsgId until it is acked, and only retryable errors are tolerated.
+// retried with its clientMsgId until it is acked, after the wait a rate_limited refusal asks for,
+// and only retryable errors are tolerated.
 type sender struct {
 	name string
 	conn *client.Conn
@@ -82,6 +83,14 @@ func (s *sender) run(ctx context.Context, stop <-chan struct{}) {
 				case <-ctx.Done():
 					return
 				case <-time.After(50 * time.Millisecond):
+				}
+				continue
+			case errors.As(err, &pe) && pe.Code == protocol.CodeRateLimited && pe.Retryable:
+				// Faster than the node lets one socket send: not a refusal of the outage.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(pe.RetryAfter):
 				}
 				continue
 			default:
