@@ -53,9 +53,9 @@ func sendText(t *testing.T, seq *sequencer.Sequencer, sender, body string) proto
 }
 
 // TestABusyConversationsSendsAreAckedAheadOfItsCounters: sends that follow each other closely
-// are acked without a counter raise each (the first raise opens the counters, later ones ride on
-// it), and once the conversation is quiet its owner closes the counters with all it held back:
-// lastSeq, the newest preview, and each sender's newest seq.
+// are acked without a counter raise each (the second raise opens the counters, later sends ride
+// on it), and once the conversation is quiet its owner closes the counters with all it held
+// back: lastSeq, the newest preview, and each sender's newest seq.
 func TestABusyConversationsSendsAreAckedAheadOfItsCounters(t *testing.T) {
 	store := &raiseLog{memStore: newMemStore(groupOf("c1", "alice", "bob"))}
 	seq, _ := startSequencer(t, testenv.NATS(t), sequencer.Config{Partitions: 1}, store, zerolog.Nop())
@@ -66,8 +66,9 @@ func TestABusyConversationsSendsAreAckedAheadOfItsCounters(t *testing.T) {
 	for i := range sends {
 		sendText(t, seq, []string{"alice", "bob"}[i%2], fmt.Sprintf("message %d", i+1))
 	}
-	if raises := store.recorded(); len(raises) >= sends || !raises[0].Ahead {
-		t.Fatalf("%d sends in quick succession made %d raises (first %+v); want the first to open the counters and fewer raises than sends", sends, len(raises), raises[0])
+	raises := store.recorded()
+	if len(raises) >= sends || raises[0].Ahead || !raises[1].Ahead {
+		t.Fatalf("%d sends in quick succession made %d raises (%+v); want the first to close the counters (the conversation was quiet), the second to open them, and fewer raises than sends", sends, len(raises), raises)
 	}
 	poll.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		raises := store.recorded()

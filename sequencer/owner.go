@@ -736,13 +736,14 @@ func (p *partition) countersOf(entries []*entry, msgs *batchMessages) map[string
 	now := time.Now()
 	for id, n := range counters {
 		c := p.convs[id]
+		busy := now.Sub(c.lastBatch) < aheadFor
 		c.lastBatch = now
 		if !mixed[id] && c.holdBack(n, fresh[id], now) {
 			delete(counters, id)
 			continue
 		}
 		n = c.withAhead(n)
-		n.Mentioned, n.Ahead = c.changedMentions(), fresh[id] > 0
+		n.Mentioned, n.Ahead = c.changedMentions(), fresh[id] > 0 && busy
 		counters[id] = n
 	}
 	for _, bm := range msgs.changed {
