@@ -9,14 +9,15 @@ import (
 
 // Running ahead of the counters. A counter raise is the dearest statement a send costs on the
 // embedded store (storage/ahead.go), so the owner of a busy conversation raises its counters at
-// most once every aheadFor: a raise that stores new messages within aheadFor of the
-// conversation's previous batch opens them (Counters.Ahead), and the batches of plain new
-// messages that follow within aheadFor of the opening, up to maxAhead messages, are stored and
-// acked without one. A quiet conversation's batch raises and closes them in one statement, as
-// before: opening it would cost a second statement to close them. Readers fold those messages in from their claims. What they
-// would have raised is kept (conversationState.ahead) and goes with the conversation's next
-// raise. Any other batch raises at once, and once a conversation has had no batch for
-// aheadFor, its counters are closed (closeCounters), so that readers stop looking past them.
+// most once every aheadFor. A raise that stores new messages within aheadFor of the
+// conversation's previous batch opens them (Counters.Ahead); the batches of plain new messages
+// that follow within aheadFor of the opening, up to maxAhead messages, are stored and acked
+// with no raise, and readers fold those messages in from their claims. What they would have
+// raised is kept (conversationState.ahead) and goes with the conversation's next raise. Any
+// other batch raises at once, and once a conversation has had no batch for aheadFor its counters
+// are closed (closeCounters), so that readers stop looking past them. A quiet conversation's
+// batch raises and closes them in one statement, as before: opening them would cost a second
+// statement to close them.
 
 const (
 	// aheadFor is how long a conversation's counters may stay open before a batch raises them

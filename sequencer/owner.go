@@ -912,7 +912,7 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 		// Its last owner left the counters open, and may have run ahead of them: the next raise
 		// writes all that a reader folds in now, so none of it is lost when lastSeq passes it, and
 		// closes them if no batch does it first.
-		c.ahead = storage.Counters{Newest: conv.LastMessage, Senders: conv.Senders}
+		c.ahead = storage.Counters{Newest: conv.LastMessage, Senders: maps.Clone(conv.Senders)}
 		p.open[id] = true
 		for u := range conv.Mentioned {
 			if c.mentionsChanged == nil {
