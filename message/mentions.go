@@ -29,5 +29,21 @@ func Mentions(body string, isMember func(userID string) bool) []string {
 	return out
 }
 
+// ShowMentions returns body as a reader with no client of ours sees it (a notification's text):
+// each token of a member it mentions (mentioned, as Mentions found them) is @ and their display
+// name (nameOf); any other token stays text, as everywhere.
+func ShowMentions(body string, mentioned []string, nameOf func(userID string) string) string {
+	if len(mentioned) == 0 {
+		return body
+	}
+	return mentionToken.ReplaceAllStringFunc(body, func(token string) string {
+		id := token[2 : len(token)-1]
+		if !slices.Contains(mentioned, id) {
+			return token
+		}
+		return "@" + nameOf(id)
+	})
+}
+
 // MentionToken is the token that mentions userID in a body.
 func MentionToken(userID string) string { return "@[" + userID + "]" }

@@ -33,3 +33,18 @@ func TestMentions(t *testing.T) {
 		t.Errorf("a body naming %d members mentions %d; want %d", MaxMentions+5, len(got), MaxMentions)
 	}
 }
+
+// TestShowMentions: a notification shows each mentioned member as @ and their display name, and
+// leaves a token that mentions nobody as it was typed.
+func TestShowMentions(t *testing.T) {
+	names := map[string]string{"jose": "José Ruiz", "ana": "ana"}
+	nameOf := func(id string) string { return names[id] }
+	body := "hi @[jose], ask @[stranger] and @[ana]; @[jose] again"
+	want := "hi @José Ruiz, ask @[stranger] and @ana; @José Ruiz again"
+	if got := ShowMentions(body, []string{"jose", "ana"}, nameOf); got != want {
+		t.Errorf("ShowMentions(%q) = %q, want %q", body, got, want)
+	}
+	if got := ShowMentions(body, nil, nameOf); got != body {
+		t.Errorf("ShowMentions with nobody mentioned = %q, want the body as it is", got)
+	}
+}

@@ -238,8 +238,9 @@ func TestWebPushForMentionsOnlyNotifiesOfMentions(t *testing.T) {
 	mustSend(t, alice, group.ID, mention)
 	mustSend(t, alice, group.ID, "and a plain line after it")
 	got := waitPushes(t, ps, bobSub, 1, "bob after his mention")
+	// The notification names him as a page does: @ and his display name, not the token.
 	want := push.Payload{Type: push.PayloadMessage, ConversationID: group.ID, Tag: group.ID, Seq: 3, FirstUnreadSeq: 1, Count: 3,
-		ConversationName: "team", SenderID: "alice", SenderName: "alice", Body: mention}
+		ConversationName: "team", SenderID: "alice", SenderName: "alice", Body: "over to you, @bob"}
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("bob's notifications:\n got %+v\nwant [%+v]", got, want)
 	}
@@ -255,8 +256,8 @@ func TestWebPushForMentionsOnlyNotifiesOfMentions(t *testing.T) {
 	if _, err := alice.Request(ctx, protocol.ClientFrame{Type: protocol.TypeEditMessage, ConversationID: group.ID, Seq: ack.Seq, Body: edited}); err != nil {
 		t.Fatal(err)
 	}
-	if carolGot := waitPushes(t, ps, carolSub, 3, "carol after the edit"); carolGot[2].Body != edited {
-		t.Fatalf("carol's notification of the edited message: %+v; want the new text", carolGot[2])
+	if carolGot := waitPushes(t, ps, carolSub, 3, "carol after the edit"); carolGot[2].Body != "@carol right person" {
+		t.Fatalf("carol's notification of the edited message: %+v; want the new text, her mention shown as @carol", carolGot[2])
 	}
 	if got := payloads(t, ps, bobSub); len(got) != 1 {
 		t.Fatalf("bob got %d notifications; want 1 (his mention was edited away): %+v", len(got), got)

@@ -15,6 +15,7 @@ import (
 
 	webpush "github.com/SherClockHolmes/webpush-go"
 
+	"github.com/chatd/chatd/message"
 	"github.com/chatd/chatd/protocol"
 	"github.com/chatd/chatd/storage"
 )
@@ -179,20 +180,25 @@ func (n *Notifier) notify(ctx context.Context, conv storage.Conversation, user s
 	last := fresh[len(fresh)-1]
 	p := Payload{Type: PayloadMessage, ConversationID: conv.ID, Tag: conv.ID, Seq: last.Seq,
 		FirstUnreadSeq: readSeq + 1, Count: storage.Unread(last.Seq, readSeq, conv.DeletedSeqs), SenderID: last.SenderID}
-	profiles, err := n.store.Profiles(sctx, []string{last.SenderID})
+	profiles, err := n.store.Profiles(sctx, append([]string{last.SenderID}, last.Mentions...))
 	if err != nil {
 		return err
 	}
-	p.SenderName = last.SenderID
-	if len(profiles) == 1 && profiles[0].Name != "" {
-		p.SenderName = profiles[0].Name
+	nameOf := func(id string) string { // a user's display name, or their id when they set none
+		for _, u := range profiles {
+			if u.ID == id && u.Name != "" {
+				return u.Name
+			}
+		}
+		return id
 	}
+	p.SenderName = nameOf(last.SenderID)
 	p.ConversationName = conv.Name
 	if conv.Kind == protocol.ConversationDM {
 		p.ConversationName = p.SenderName
 	}
 	if set.Preview {
-		p.Body = truncate(last.Body, previewBytes)
+		p.Body = truncate(message.ShowMentions(last.Body, last.Mentions, nameOf), previewBytes)
 	}
 	if !n.sendAll(ctx, devices, p) {
 		return nil
