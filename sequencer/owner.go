@@ -903,8 +903,14 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 	if err != nil {
 		return nil, err
 	}
-	if high > conv.LastSeq {
-		p.republish(ctx, id, max(conv.LastSeq+1, high-int64(p.seq.cfg.MaxBatch)+1), high)
+	// Seqs stored above the raised counters may be from a batch that never published them; a
+	// read of open counters folds those in too, so they count from the raised lastSeq.
+	counted := conv.LastSeq
+	if conv.CountersOpen {
+		counted = conv.RaisedSeq
+	}
+	if high > counted {
+		p.republish(ctx, id, max(counted+1, high-int64(p.seq.cfg.MaxBatch)+1), high)
 	}
 	c := &conversationState{lastSeq: max(conv.LastSeq, high), lastVersion: conv.LastVersion, mentioned: conv.Mentioned}
 	c.hold(conv)

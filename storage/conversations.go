@@ -54,6 +54,8 @@ type Conversation struct {
 	// CountersOpen says the counters were open when read: their owner may have stored messages
 	// after the lastSeq it last raised them to, and the read folded those in (ahead.go).
 	CountersOpen bool `bson:"-"`
+	// RaisedSeq is the lastSeq the counters were raised to: LastSeq less what the read folded in.
+	RaisedSeq int64 `bson:"-"`
 }
 
 // counterDoc holds what a conversation's owner advances with every batch, in a document of its
@@ -111,6 +113,7 @@ func (s *Store) withCounters(ctx context.Context, convs []Conversation) error {
 		if ok {
 			convs[i].merge(k)
 		}
+		convs[i].RaisedSeq = convs[i].LastSeq
 		if ok && k.ahead() {
 			convs[i].CountersOpen = true
 			ahead = append(ahead, &convs[i])
