@@ -99,13 +99,19 @@ func without(a, b []string) []string {
 func (p *partition) unwrittenMentions(counters map[string]storage.Counters) {
 	for id, n := range counters {
 		if c, ok := p.convs[id]; ok {
-			for u := range n.Mentioned {
-				if c.mentionsChanged == nil {
-					c.mentionsChanged = make(map[string]bool)
-				}
-				c.mentionsChanged[u] = true
-			}
+			c.unwritten(n.Mentioned)
 		}
+	}
+}
+
+// unwritten marks the members of mentioned as changed, so that the next raise of c's counters
+// writes their mention seqs.
+func (c *conversationState) unwritten(mentioned map[string][]int64) {
+	for u := range mentioned {
+		if c.mentionsChanged == nil {
+			c.mentionsChanged = make(map[string]bool)
+		}
+		c.mentionsChanged[u] = true
 	}
 }
 

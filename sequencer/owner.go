@@ -920,12 +920,7 @@ func (p *partition) conversation(ctx context.Context, id string) (*conversationS
 		// closes them if no batch does it first.
 		c.ahead = storage.Counters{Newest: conv.LastMessage, Senders: maps.Clone(conv.Senders)}
 		p.open[id] = true
-		for u := range conv.Mentioned {
-			if c.mentionsChanged == nil {
-				c.mentionsChanged = make(map[string]bool)
-			}
-			c.mentionsChanged[u] = true
-		}
+		c.unwritten(conv.Mentioned)
 	}
 	if len(p.convs) >= maxCachedConversations {
 		for evict := range p.convs {
