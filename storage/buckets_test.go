@@ -115,6 +115,42 @@ func TestRetriedSendFindsItsMessage(t *testing.T) {
 	}
 }
 
+// TestALongInsertStopsAtItsFirstDuplicate: a batch of more messages than one insert command of
+// the embedded store takes (FerretDB v1 carries on after a duplicate once past 100 documents) is
+// still refused whole from its first duplicate: nothing after it is stored, so the owner can give
+// those messages other seqs.
+func TestALongInsertStopsAtItsFirstDuplicate(t *testing.T) {
+	s := testenv.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := msg("c", 1)
+	if err := s.InsertMessages(ctx, []storage.Message{first}); err != nil {
+		t.Fatal(err)
+	}
+	again := first
+	again.Seq = 2
+	batch := []storage.Message{msg("c", 2), again}
+	for seq := int64(3); seq <= 80; seq++ {
+		batch = append(batch, msg("c", seq))
+	}
+	var dup *storage.DuplicateError
+	if err := s.InsertMessages(ctx, batch); !errors.As(err, &dup) || dup.Index != 1 {
+		t.Fatalf("a batch of %d with a retried send second: %v; want a duplicate at index 1", len(batch), err)
+	}
+	page, err := s.MessageRange(ctx, "c", 1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seqsOf(page); !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("stored seqs %v; want 1 and 2 only (nothing after the duplicate)", got)
+	}
+	for _, m := range batch[2:] {
+		if _, err := s.MessageByClientID(ctx, "c", m.ClientMsgID); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("send at seq %d, after the duplicate, is stored: %v", m.Seq, err)
+		}
+	}
+}
+
 // TestMessagesMoveIntoSealedBuckets: a conversation's newest messages are read from their claims,
 // and once a bucket is full and sealed, from it; a change made before the seal and one made after
 // it both show, and a catch-up finds them.

@@ -83,10 +83,10 @@ type MessageUpdate struct {
 // ErrConflict means a guarded update matched nothing: another writer changed the message first.
 var ErrConflict = errors.New("message changed by another writer")
 
-// InsertMessages stores msgs in order with one ordered insertMany of their claims: for each
-// message the claim of its client message id, then the claim of its seq, which holds the message
-// (buckets.go). That insert is the message's one write. When a claim already exists it returns a
-// *DuplicateError: the messages before its Index were stored, the rest were not;
+// InsertMessages stores msgs in order with ordered inserts of their claims (insertOrdered): for
+// each message the claim of its client message id, then the claim of its seq, which holds the
+// message (buckets.go). That insert is the message's one write. When a claim already exists it
+// returns a *DuplicateError: the messages before its Index were stored, the rest were not;
 // MessageByClientID then tells a retried send (its client claim existed) from a seq another
 // writer took. A bucket is written when it is full: here when msgs fill it, else by SealBuckets.
 func (s *Store) InsertMessages(ctx context.Context, msgs []Message) (err error) {
@@ -100,12 +100,11 @@ func (s *Store) InsertMessages(ctx context.Context, msgs []Message) (err error) 
 			claimDoc{ID: clientClaimID(m.ConversationID, m.ClientMsgID), ConversationID: m.ConversationID, Seq: m.Seq},
 			claimDoc{ID: seqClaimID(m.ConversationID, m.Seq), ConversationID: m.ConversationID, Seq: m.Seq, Message: &m})
 	}
-	_, err = s.claims.InsertMany(ctx, claims, options.InsertMany().SetOrdered(true))
+	i, err := insertOrdered(ctx, s.claims, claims)
 	if err == nil {
 		return s.sealWhole(ctx, msgs)
 	}
-	i, ok := duplicateIndex(err)
-	if !ok {
+	if i < 0 {
 		return fmt.Errorf("claim %d messages: %w", len(msgs), err)
 	}
 	if i%2 == 1 {
@@ -120,6 +119,29 @@ func (s *Store) InsertMessages(ctx context.Context, msgs []Message) (err error) 
 		return err
 	}
 	return &DuplicateError{Index: i / 2, Err: err}
+}
+
+// maxClaimsPerInsert bounds the documents of one ordered insert. FerretDB v1.24, the embedded
+// store, inserts a command's documents 100 at a time and, after a duplicate, goes on with the
+// next hundred (msg_insert.go leaves only its inner loop): a longer insert would store claims
+// after its first duplicate, which the owner gives other seqs. It is even, so a message's two
+// claims are never split. On MongoDB the bound costs one round trip per 50 messages.
+const maxClaimsPerInsert = 100
+
+// insertOrdered inserts docs in order, in commands of at most maxClaimsPerInsert, and stops at the
+// first duplicate key: it returns the duplicate's index in docs with the error, or -1 with any
+// other error.
+func insertOrdered(ctx context.Context, coll *mongo.Collection, docs []any) (int, error) {
+	for start := 0; start < len(docs); start += maxClaimsPerInsert {
+		end := min(start+maxClaimsPerInsert, len(docs))
+		if _, err := coll.InsertMany(ctx, docs[start:end], options.InsertMany().SetOrdered(true)); err != nil {
+			if i, ok := duplicateIndex(err); ok {
+				return start + i, err
+			}
+			return -1, err
+		}
+	}
+	return 0, nil
 }
 
 // SealBucket seals the bucket msgs fill (all BucketSize messages of it, as stored now) with one
