@@ -648,9 +648,10 @@ func (p *partition) insertRest(ctx context.Context, fresh []*entry, err error) {
 		markStored(rest[:dup.Index])
 		bad, after := rest[dup.Index], rest[dup.Index+1:]
 		conv := bad.msg.ConversationID
-		stored, err := p.seq.store.MessageByClientID(ctx, conv, bad.msg.ClientMsgID)
+		// Its own name: the next insert's outcome goes to err, which the next round reads.
+		stored, lookupErr := p.seq.store.MessageByClientID(ctx, conv, bad.msg.ClientMsgID)
 		switch {
-		case err == nil:
+		case lookupErr == nil:
 			m := message.View(stored, "")
 			bad.result, bad.stored, bad.assigned = &m, &m, false
 			if stored.Seq != bad.msg.Seq {
@@ -664,7 +665,7 @@ func (p *partition) insertRest(ctx context.Context, fresh []*entry, err error) {
 					c.lastSeq--
 				}
 			}
-		case errors.Is(err, storage.ErrNotFound):
+		case errors.Is(lookupErr, storage.ErrNotFound):
 			p.seq.log.Warn().Str("conversation", conv).Int64("seq", bad.msg.Seq).Msg("seq already taken, reloading conversation")
 			var keep []*entry
 			for _, e := range append([]*entry{bad}, after...) {
@@ -676,7 +677,7 @@ func (p *partition) insertRest(ctx context.Context, fresh []*entry, err error) {
 			}
 			after = keep
 		default:
-			p.seq.log.Error().Err(err).Str("conversation", conv).Msg("look up duplicate send")
+			p.seq.log.Error().Err(lookupErr).Str("conversation", conv).Msg("look up duplicate send")
 			p.fail(append([]*entry{bad}, after...), failStore)
 			return
 		}
