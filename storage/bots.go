@@ -58,3 +58,22 @@ func (s *Store) BotTokenOf(ctx context.Context, tokenHash string) (_ BotToken, e
 	defer s.metrics.observe(opBotTokenOf, time.Now(), &err)
 	return findByID[BotToken](ctx, s.pushCollection(botTokensCollection), tokenHash)
 }
+
+// deleteBotOf removes a bot's token and its record; a user who is no bot has neither.
+func (s *Store) deleteBotOf(ctx context.Context, userID string) error {
+	bots := s.pushCollection(botsCollection)
+	bot, err := findByID[botDoc](ctx, bots, userID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read bot %s: %w", userID, err)
+	}
+	if _, err := s.pushCollection(botTokensCollection).DeleteOne(ctx, byID(bot.TokenHash)); err != nil {
+		return fmt.Errorf("delete the token of bot %s: %w", userID, err)
+	}
+	if _, err := bots.DeleteOne(ctx, byID(userID)); err != nil {
+		return fmt.Errorf("delete bot %s: %w", userID, err)
+	}
+	return nil
+}

@@ -57,13 +57,26 @@ type DeletedAccount struct {
 // DeleteAccount removes a user: their DMs and the DMs' messages, their membership in groups
 // (whose owners have made the user's messages tombstones first, TombstoneSender), their
 // cursors, the blocks they made and those of them, their presence, their memberships (and each
-// removed DM's in its peer's), their notification settings, and the account itself. Every step is idempotent, so a failed
+// removed DM's in its peer's), their notification settings, their push subscriptions, settings
+// and notices, their bot token, and the account itself. Every step is idempotent, so a failed
 // deletion is finished by running it again.
 func (s *Store) DeleteAccount(ctx context.Context, userID string) (_ DeletedAccount, err error) {
 	defer s.metrics.observe(opDeleteAccount, time.Now(), &err)
 	var out DeletedAccount
 	convs, err := s.conversationsWithMember(ctx, userID)
 	if err != nil {
+		return out, err
+	}
+	// First, while the conversations still name the user: a run that fails later finds the same
+	// conversations, and so the same notices, again.
+	ids := make([]string, len(convs))
+	for i, c := range convs {
+		ids[i] = c.ID
+	}
+	if err := s.deletePushStateOf(ctx, userID, ids); err != nil {
+		return out, err
+	}
+	if err := s.deleteBotOf(ctx, userID); err != nil {
 		return out, err
 	}
 	for _, c := range convs {

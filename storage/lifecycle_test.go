@@ -223,6 +223,70 @@ func TestDeleteAccountRecordsItsTombstones(t *testing.T) {
 	}
 }
 
+// TestDeleteAccountLeavesNoPushStateOrBotToken: a deleted account keeps no push subscription (its
+// endpoint and keys), settings or notice, and no bot token; another user's are left as they are.
+func TestDeleteAccountLeavesNoPushStateOrBotToken(t *testing.T) {
+	s := testenv.Store(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, u := range []string{"alice", "robo"} {
+		if _, err := s.EnsureUser(ctx, storage.User{ID: u, Name: u, CreatedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.EnsureConversation(ctx, storage.Conversation{ID: "g", Kind: storage.KindGroup, Name: "team",
+		Members: []string{"alice", "robo"}, CreatedBy: "alice", CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for _, u := range []string{"alice", "robo"} {
+		for _, device := range []string{"phone", "laptop"} {
+			if err := s.SavePushSubscription(ctx, storage.PushSubscription{UserID: u, DeviceID: device,
+				Endpoint: "https://push.example/" + u + "/" + device, P256dh: "key", Auth: "auth", CreatedAt: now}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.SetPushSettings(ctx, u, storage.PushSettings{Preview: false}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SavePushNotice(ctx, storage.PushNotice{UserID: u, ConversationID: "g", ToSeq: 3, SentAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.IssueBotToken(ctx, "robo", "hash-of-robo", now); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := s.DeleteAccount(ctx, "robo"); err != nil {
+		t.Fatal(err)
+	}
+	subs, err := s.PushSubscriptionsOf(ctx, []string{"alice", "robo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(subs["robo"]) != 0 || len(subs["alice"]) != 2 {
+		t.Errorf("push subscriptions after robo's account went: robo %d, alice %d; want 0 and 2", len(subs["robo"]), len(subs["alice"]))
+	}
+	if set, err := s.PushSettingsOf(ctx, "robo"); err != nil || set != storage.DefaultPushSettings {
+		t.Errorf("robo's push settings: %+v, %v; want none stored (the default)", set, err)
+	}
+	if set, err := s.PushSettingsOf(ctx, "alice"); err != nil || set.Preview {
+		t.Errorf("alice's push settings: %+v, %v; want hers kept", set, err)
+	}
+	if _, err := s.PushNoticeOf(ctx, "robo", "g"); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("robo's push notice: %v; want not found", err)
+	}
+	if _, err := s.PushNoticeOf(ctx, "alice", "g"); err != nil {
+		t.Errorf("alice's push notice: %v; want hers kept", err)
+	}
+	if _, err := s.BotTokenOf(ctx, "hash-of-robo"); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("robo's bot token: %v; want not found", err)
+	}
+	if _, err := s.DeleteAccount(ctx, "robo"); err != nil {
+		t.Errorf("deleting the account again: %v; want nothing left to do", err)
+	}
+}
+
 // TestPreviewOnlyMovesForward: a conversation's preview is replaced by a newer message's only (a
 // retried older message in a later batch leaves it), and by a change only of the same message.
 func TestPreviewOnlyMovesForward(t *testing.T) {

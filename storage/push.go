@@ -186,3 +186,34 @@ func (s *Store) CursorOf(ctx context.Context, userID, conversationID string) (_ 
 	defer s.metrics.observe(opCursorOf, time.Now(), &err)
 	return findByID[Cursor](ctx, s.cursors, cursorID(userID, conversationID))
 }
+
+// deletePushStateOf removes what push keeps of a user: each device's subscription and the list
+// naming them, their push settings, and the notices last shown in conversationIDs (their
+// conversations), each by _id.
+func (s *Store) deletePushStateOf(ctx context.Context, userID string, conversationIDs []string) error {
+	named, err := s.pushDevices().ofEach(ctx, []string{userID})
+	if err != nil {
+		return fmt.Errorf("read push devices of %s: %w", userID, err)
+	}
+	var subs []mongo.WriteModel
+	for _, d := range named[userID] {
+		subs = append(subs, mongo.NewDeleteOneModel().SetFilter(byID(pushKey(userID, d))))
+	}
+	if err := bulkWrite(ctx, s.pushCollection(pushSubscriptionsCollection), subs, false); err != nil {
+		return fmt.Errorf("delete push subscriptions of %s: %w", userID, err)
+	}
+	if err := s.pushDevices().drop(ctx, userID); err != nil {
+		return err
+	}
+	if _, err := s.pushCollection(pushSettingsCollection).DeleteOne(ctx, byID(userID)); err != nil {
+		return fmt.Errorf("delete push settings of %s: %w", userID, err)
+	}
+	notices := make([]mongo.WriteModel, len(conversationIDs))
+	for i, id := range conversationIDs {
+		notices[i] = mongo.NewDeleteOneModel().SetFilter(byID(pushKey(userID, id)))
+	}
+	if err := bulkWrite(ctx, s.pushCollection(pushNoticesCollection), notices, false); err != nil {
+		return fmt.Errorf("delete push notices of %s: %w", userID, err)
+	}
+	return nil
+}
