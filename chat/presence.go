@@ -337,9 +337,28 @@ func (s *live) addPeers(uid string, u *onlineUser, kind string, members []string
 // applyPresence gives a user's devices a peer's presence change. It is ephemeral: a newer one
 // replaces one still waiting.
 func (s *presence) applyPresence(userID string, ev userEvent) {
+	if u := s.online(userID); u != nil && !u.tellPresence(ev.Peer, ev.Online) {
+		return
+	}
 	online := ev.Online
 	s.ephemeralToUser(userID, "presence:"+ev.Peer, protocol.ServerFrame{Type: protocol.TypePresence, UserID: ev.Peer,
 		Online: &online, LastSeen: ev.LastSeen})
+}
+
+// tellPresence records that the user's devices here are pushed peer's presence, and reports
+// whether it differs from the last push: two nodes whose last connections of the peer close at
+// once each find the other gone and each announce it, and the second is no change.
+func (u *onlineUser) tellPresence(peer string, online bool) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if told, ok := u.toldOnline[peer]; ok && told == online {
+		return false
+	}
+	if u.toldOnline == nil {
+		u.toldOnline = make(map[string]bool)
+	}
+	u.toldOnline[peer] = online
+	return true
 }
 
 // Presence answers who of userIDs is online, and when the others were last seen: only users who

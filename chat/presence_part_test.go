@@ -217,6 +217,30 @@ func TestPresencePartTellsPeers(t *testing.T) {
 	}
 }
 
+// TestPresencePartTellsEachChangeOnce: two nodes that both saw a peer's last connection close
+// each announce it; the user's devices get one presence push for the change, and the next
+// changes as they come.
+func TestPresencePartTellsEachChangeOnce(t *testing.T) {
+	p := newPresencePart(t)
+	c, _ := p.connect("bob", "alice")
+	first, second := time.Now().UTC(), time.Now().UTC().Add(time.Millisecond)
+	for _, ev := range []userEvent{
+		{Type: userPresence, Peer: "alice", LastSeen: &first},  // from node 1
+		{Type: userPresence, Peer: "alice", LastSeen: &second}, // from node 2, a moment later
+		{Type: userPresence, Peer: "alice", Online: true},
+		{Type: userPresence, Peer: "alice", LastSeen: &second},
+	} {
+		p.applyPresence("bob", ev)
+	}
+	var told []string
+	for _, f := range c.ofType(t, protocol.TypePresence) {
+		told = append(told, fmt.Sprintf("%s %v", f.frame.UserID, *f.frame.Online))
+	}
+	if want := []string{"alice false", "alice true", "alice false"}; !slices.Equal(told, want) {
+		t.Fatalf("bob was pushed %q; want %q (each change once)", told, want)
+	}
+}
+
 // TestPresencePartLateRecordFollowsTheHub: the record of a user's leaving that is queued only after
 // they came back (a slow Close on another goroutine) leaves them recorded online: the writer reads
 // the hub when it writes, not what the record said when it was queued.

@@ -167,6 +167,9 @@ type onlineUser struct {
 	positions    map[string]*position
 	// peers are the members of the user's DMs and small groups: who hears of their presence.
 	peers map[string]struct{}
+	// toldOnline is, for each peer whose presence the user's devices here were pushed, whether
+	// the last push said online (see tellPresence).
+	toldOnline map[string]bool
 	// left remembers, while the state is loading, the conversations the user left meanwhile, so
 	// the load does not bring them back; nil once loaded.
 	left map[string]bool
