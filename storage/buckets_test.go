@@ -90,16 +90,23 @@ func TestStaleOwnerCannotWriteIntoABucketItLost(t *testing.T) {
 	}
 }
 
-// TestRetriedSendFindsItsMessage: a send stored before is found by its client id, and storing it
-// again is refused where the batch reaches it.
-func TestRetriedSendFindsItsMessage(t *testing.T) {
+// storedAt1 returns a store holding one message, at seq 1 of conversation c.
+func storedAt1(t *testing.T) (*storage.Store, context.Context, storage.Message) {
+	t.Helper()
 	s := testenv.Store(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	first := msg("c", 1)
 	if err := s.InsertMessages(ctx, []storage.Message{first}); err != nil {
 		t.Fatal(err)
 	}
+	return s, ctx, first
+}
+
+// TestRetriedSendFindsItsMessage: a send stored before is found by its client id, and storing it
+// again is refused where the batch reaches it.
+func TestRetriedSendFindsItsMessage(t *testing.T) {
+	s, ctx, first := storedAt1(t)
 	again := first
 	again.Seq = 2
 	var dup *storage.DuplicateError
@@ -120,13 +127,7 @@ func TestRetriedSendFindsItsMessage(t *testing.T) {
 // still refused whole from its first duplicate: nothing after it is stored, so the owner can give
 // those messages other seqs.
 func TestALongInsertStopsAtItsFirstDuplicate(t *testing.T) {
-	s := testenv.Store(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	first := msg("c", 1)
-	if err := s.InsertMessages(ctx, []storage.Message{first}); err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, first := storedAt1(t)
 	again := first
 	again.Seq = 2
 	batch := []storage.Message{msg("c", 2), again}
