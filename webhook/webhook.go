@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,15 +43,20 @@ const (
 	// DefaultTimeout bounds one POST: a receiver should answer at once and work afterwards.
 	DefaultTimeout = 10 * time.Second
 	// DefaultQueue bounds the events waiting per webhook; past it new messages are left to the
-	// store, from where the deliverer fills the gap, and a change is dropped (counted).
+	// store, from where the deliverer fills the gap once it drained the queue, and a change is
+	// dropped (counted).
 	DefaultQueue = 4096
 	// DefaultHooksTTL is how long a conversation's list of webhooks is kept in memory: one store
-	// read per active conversation per this long. A new webhook starts within it, and loses
-	// nothing meanwhile: its cursor starts where the conversation was when it was registered.
+	// read per active conversation per this long. A new webhook starts within it and misses no
+	// message meanwhile (its cursor starts where the conversation was when it was registered);
+	// the changes made before it starts are not sent to it.
 	DefaultHooksTTL = 30 * time.Second
 	// maxCached bounds the conversations whose webhook lists are kept; past it those without
 	// webhooks are forgotten (and read again at their next event).
 	maxCached = 100000
+	// maxHeardChanges bounds the edits and deletions kept for a conversation while its list of
+	// webhooks is read; past it the oldest are dropped (counted).
+	maxHeardChanges = 1024
 	// failingAfter is the number of failed attempts in a row after which a webhook counts as
 	// failing (chatd_webhooks_failing).
 	failingAfter = 5
@@ -133,13 +139,14 @@ type Dispatcher struct {
 	wg      sync.WaitGroup
 }
 
-// cachedHooks is a conversation's webhooks as last read, and while they are read again the
-// newest message heard meanwhile.
+// cachedHooks is a conversation's webhooks as last read, the newest message heard since, and the
+// changes heard while they are read again: what a webhook the read finds is handed first.
 type cachedHooks struct {
 	hooks      []storage.Webhook
 	readAt     time.Time
 	refreshing bool
 	last       *Event
+	changes    []Event
 }
 
 // New returns a dispatcher; Stop ends its deliverers.
@@ -197,9 +204,9 @@ func (d *Dispatcher) Changed(c sequencer.Change) {
 
 // queue hands ev to each webhook's deliverer, starting those not running. It runs in the owner's
 // batch: the list of webhooks comes from memory, read again after HooksTTL on a goroutine of its
-// own, so no event waits for the store. While a conversation's first list is read its events
-// wait in the store: the newest message among them is handed on when the list arrives, and the
-// deliverers fill the gap before it from their cursors.
+// own, so no event waits for the store. While a conversation's first list is read its messages
+// wait in the store: the newest of them is handed on when the list arrives, after the changes
+// heard meanwhile, and the deliverers fill the gaps of messages from their cursors.
 func (d *Dispatcher) queue(conversationID string, ev Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -214,8 +221,15 @@ func (d *Dispatcher) queue(conversationID string, ev Event) {
 		cached.refreshing = true
 		d.wg.Go(func() { d.refresh(conversationID) })
 	}
-	if ev.Event == EventMessage {
+	switch {
+	case ev.Event == EventMessage:
 		cached.last = &ev
+	case cached.refreshing:
+		if len(cached.changes) == maxHeardChanges {
+			cached.changes = slices.Delete(cached.changes, 0, 1)
+			d.cfg.Metrics.dropped()
+		}
+		cached.changes = append(cached.changes, ev)
 	}
 	d.hooks[conversationID] = cached
 	for _, h := range cached.hooks {
@@ -224,7 +238,8 @@ func (d *Dispatcher) queue(conversationID string, ev Event) {
 }
 
 // refresh reads a conversation's webhooks into memory, starts deliverers of new ones (handing
-// them the newest message heard) and stops those of webhooks removed.
+// them the changes heard during the read, then the newest message heard) and stops those of
+// webhooks removed.
 func (d *Dispatcher) refresh(conversationID string) {
 	ctx, cancel := context.WithTimeout(d.ctx, storeTimeout)
 	defer cancel()
@@ -248,7 +263,13 @@ func (d *Dispatcher) refresh(conversationID string) {
 		}
 	}
 	for _, h := range hooks {
-		if _, running := d.running[conversationID+"|"+h.ID]; !running && cached.last != nil {
+		if _, running := d.running[conversationID+"|"+h.ID]; running {
+			continue
+		}
+		for _, ev := range cached.changes {
+			d.deliverer(conversationID, h).put(ev, d.cfg.Metrics)
+		}
+		if cached.last != nil {
 			d.deliverer(conversationID, h).put(*cached.last, d.cfg.Metrics)
 		}
 	}
@@ -279,10 +300,17 @@ type deliverer struct {
 	hook           storage.Webhook
 	events         chan Event
 	cancel         context.CancelFunc
+	// newest is the highest seq of a message put, queued or dropped: once the queue is empty
+	// the deliverer fills in from the store up to it.
+	newest atomic.Int64
 }
 
 // put queues ev without blocking; a full queue drops it (a message is filled in from the store).
+// Callers hold d.mu.
 func (dl *deliverer) put(ev Event, m *Metrics) {
+	if ev.Event == EventMessage && ev.Seq > dl.newest.Load() {
+		dl.newest.Store(ev.Seq)
+	}
 	select {
 	case dl.events <- ev:
 	default:
@@ -291,8 +319,9 @@ func (dl *deliverer) put(ev Event, m *Metrics) {
 }
 
 // run delivers events until ctx ends. An event at or below the cursor was accepted already (a
-// republished message, a retry); a message past the cursor's next seq first has the gap filled
-// from the store, so the receiver sees every message in seq order.
+// republished message, a retry); a message past the cursor's next seq, or a change of a message
+// past the cursor, first has the gap filled from the store, so the receiver sees every message
+// in seq order and each change after its message.
 func (dl *deliverer) run(ctx context.Context) {
 	cur, err := dl.cursor(ctx)
 	for err != nil {
@@ -307,6 +336,13 @@ func (dl *deliverer) run(ctx context.Context) {
 		select {
 		case ev = <-dl.events:
 		default:
+			// Drained: the messages a full queue dropped are filled in now, not with the next one.
+			if newest := dl.newest.Load(); newest > cur.Seq {
+				if !dl.fill(ctx, &cur, newest) {
+					return
+				}
+				continue
+			}
 			// Idle: the partition may move away and back meanwhile, and another owner deliver
 			// further; the burst that wakes this deliverer starts from the stored cursor.
 			select {
@@ -320,11 +356,14 @@ func (dl *deliverer) run(ctx context.Context) {
 		}
 		switch {
 		case ev.Event == EventMessage:
-			if !dl.catchUp(ctx, &cur, ev) {
+			if !dl.fill(ctx, &cur, ev.Seq-1) {
+				return
+			}
+			if ev.Seq == cur.Seq+1 && !dl.deliverMessage(ctx, &cur, *ev.Message) {
 				return
 			}
 		case ev.Version > cur.Version:
-			if !dl.post(ctx, ev) {
+			if !dl.fill(ctx, &cur, ev.Seq) || !dl.post(ctx, ev) {
 				return
 			}
 			cur.Version = ev.Version
@@ -333,12 +372,12 @@ func (dl *deliverer) run(ctx context.Context) {
 	}
 }
 
-// catchUp delivers the messages after the cursor up to ev (read from the store when they are not
-// ev itself), then ev.
-func (dl *deliverer) catchUp(ctx context.Context, cur *storage.WebhookCursor, ev Event) bool {
-	for ev.Event == EventMessage && ev.Seq > cur.Seq+1 {
+// fill delivers the messages after the cursor up to seq to, read from the store; it returns false
+// only when ctx ends.
+func (dl *deliverer) fill(ctx context.Context, cur *storage.WebhookCursor, to int64) bool {
+	for to > cur.Seq {
 		sctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		msgs, err := dl.d.store.MessageRange(sctx, dl.conversationID, cur.Seq+1, min(ev.Seq-1, cur.Seq+gapPage))
+		msgs, err := dl.d.store.MessageRange(sctx, dl.conversationID, cur.Seq+1, min(to, cur.Seq+gapPage))
 		cancel()
 		if err != nil || len(msgs) == 0 {
 			dl.d.log.Warn().Err(err).Str("webhook", dl.hook.ID).Int64("after", cur.Seq).Msg("read messages a webhook missed")
@@ -353,9 +392,6 @@ func (dl *deliverer) catchUp(ctx context.Context, cur *storage.WebhookCursor, ev
 				return false
 			}
 		}
-	}
-	if ev.Event == EventMessage && ev.Seq == cur.Seq+1 {
-		return dl.deliverMessage(ctx, cur, *ev.Message)
 	}
 	return true
 }
