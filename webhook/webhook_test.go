@@ -395,8 +395,8 @@ func TestEventsArriveOneAtATimeInOrder(t *testing.T) {
 	defer d.Stop()
 
 	want := []string{c.send(d)}
-	// Wait until the dispatcher has read the conversation's webhooks: of what it hears while it
-	// reads them it hands on only the newest message, and the store has no changes to fill in.
+	// Wait until the dispatcher has read the conversation's webhooks, so that every event below
+	// goes straight to the deliverer, in the order heard.
 	r.waitAccepted(t, want...)
 	for i := int64(2); i <= 40; i++ {
 		want = append(want, c.send(d))
