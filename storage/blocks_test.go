@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chatd/chatd/storage"
 	"github.com/chatd/chatd/testenv"
 )
 
@@ -17,11 +16,7 @@ func TestBlocks(t *testing.T) {
 	s := testenv.Store(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, u := range []string{"alice", "bob", "carol", "dave"} {
-		if _, err := s.EnsureUser(ctx, storage.User{ID: u, Name: u, CreatedAt: time.Now().UTC()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ensureUsers(t, ctx, s, "alice", "bob", "carol", "dave")
 	blocked := func(a, b string) bool {
 		t.Helper()
 		got, err := s.Blocked(ctx, a, b)

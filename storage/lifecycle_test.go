@@ -164,15 +164,8 @@ func TestDeleteAccountRecordsItsTombstones(t *testing.T) {
 	s := testenv.Store(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, u := range []string{"alice", "carol"} {
-		if _, err := s.EnsureUser(ctx, storage.User{ID: u, Name: u, CreatedAt: time.Now().UTC()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.EnsureConversation(ctx, storage.Conversation{ID: "g", Kind: storage.KindGroup, Name: "team",
-		Members: []string{"alice", "carol"}, CreatedBy: "alice", CreatedAt: time.Now().UTC()}); err != nil {
-		t.Fatal(err)
-	}
+	ensureUsers(t, ctx, s, "alice", "carol")
+	ensure(t, ctx, s, "g", storage.KindGroup, "alice", "carol")
 	var batch []storage.Message
 	for seq := int64(1); seq <= 5; seq++ {
 		m := msg("g", seq)
@@ -229,15 +222,8 @@ func TestDeleteAccountLeavesNoPushStateOrBotToken(t *testing.T) {
 	s := testenv.Store(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, u := range []string{"alice", "robo"} {
-		if _, err := s.EnsureUser(ctx, storage.User{ID: u, Name: u, CreatedAt: time.Now().UTC()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.EnsureConversation(ctx, storage.Conversation{ID: "g", Kind: storage.KindGroup, Name: "team",
-		Members: []string{"alice", "robo"}, CreatedBy: "alice", CreatedAt: time.Now().UTC()}); err != nil {
-		t.Fatal(err)
-	}
+	ensureUsers(t, ctx, s, "alice", "robo")
+	ensure(t, ctx, s, "g", storage.KindGroup, "alice", "robo")
 	now := time.Now().UTC()
 	for _, u := range []string{"alice", "robo"} {
 		for _, device := range []string{"phone", "laptop"} {

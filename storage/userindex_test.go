@@ -71,11 +71,22 @@ func membershipsDoc(t *testing.T, ctx context.Context, db *mongo.Database, userI
 	return doc.Conversations, true
 }
 
+// ensure stores a conversation of members, created by the first of them.
 func ensure(t *testing.T, ctx context.Context, s *storage.Store, id, kind string, members ...string) {
 	t.Helper()
 	if _, err := s.EnsureConversation(ctx, storage.Conversation{ID: id, Kind: kind, Members: members,
 		CreatedBy: members[0], CreatedAt: time.Now().UTC()}); err != nil {
 		t.Fatalf("ensure %s: %v", id, err)
+	}
+}
+
+// ensureUsers stores an account for each of users, named as their id.
+func ensureUsers(t *testing.T, ctx context.Context, s *storage.Store, users ...string) {
+	t.Helper()
+	for _, u := range users {
+		if _, err := s.EnsureUser(ctx, storage.User{ID: u, Name: u, CreatedAt: time.Now().UTC()}); err != nil {
+			t.Fatalf("ensure user %s: %v", u, err)
+		}
 	}
 }
 
@@ -88,11 +99,7 @@ func TestMembershipsFollowMembers(t *testing.T) {
 	db := testenv.Database(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, u := range []string{"ann", "bea", "cal", "dan"} {
-		if _, err := s.EnsureUser(ctx, storage.User{ID: u, Name: u, CreatedAt: time.Now().UTC()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ensureUsers(t, ctx, s, "ann", "bea", "cal", "dan")
 	ensure(t, ctx, s, "g", storage.KindGroup, "ann", "bea", "cal")
 	ensure(t, ctx, s, "dm-ann-bea", storage.KindDM, "ann", "bea")
 	ensure(t, ctx, s, "dm-ann-bea", storage.KindDM, "ann", "bea") // opened again: one conversation
@@ -263,11 +270,7 @@ func TestRebuildBlockListsAndPresenceNodes(t *testing.T) {
 	db := testenv.Database(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, u := range []string{"ann", "bea"} {
-		if _, err := s.EnsureUser(ctx, storage.User{ID: u, Name: u, CreatedAt: time.Now().UTC()}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ensureUsers(t, ctx, s, "ann", "bea")
 	now := time.Now().UTC()
 	if _, err := db.Collection("blocks").InsertMany(ctx, []any{
 		storage.Block{ID: "ann|bea", Blocker: "ann", Blocked: "bea", CreatedAt: now},
