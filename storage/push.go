@@ -191,7 +191,8 @@ func (s *Store) CursorOf(ctx context.Context, userID, conversationID string) (_ 
 // naming them, their push settings, and the notices last shown in conversationIDs (their
 // conversations), each by _id.
 func (s *Store) deletePushStateOf(ctx context.Context, userID string, conversationIDs []string) error {
-	named, err := s.pushDevices().ofEach(ctx, []string{userID})
+	devices := s.pushDevices()
+	named, err := devices.ofEach(ctx, []string{userID})
 	if err != nil {
 		return fmt.Errorf("read push devices of %s: %w", userID, err)
 	}
@@ -202,7 +203,7 @@ func (s *Store) deletePushStateOf(ctx context.Context, userID string, conversati
 	if err := bulkWrite(ctx, s.pushCollection(pushSubscriptionsCollection), subs, false); err != nil {
 		return fmt.Errorf("delete push subscriptions of %s: %w", userID, err)
 	}
-	if err := s.pushDevices().drop(ctx, userID); err != nil {
+	if err := devices.drop(ctx, userID); err != nil {
 		return err
 	}
 	if _, err := s.pushCollection(pushSettingsCollection).DeleteOne(ctx, byID(userID)); err != nil {

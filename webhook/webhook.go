@@ -262,15 +262,17 @@ func (d *Dispatcher) refresh(conversationID string) {
 			delete(d.running, key)
 		}
 	}
+	heard := cached.changes
+	if cached.last != nil {
+		heard = append(heard, *cached.last)
+	}
 	for _, h := range hooks {
-		if _, running := d.running[conversationID+"|"+h.ID]; running {
+		if _, running := d.running[conversationID+"|"+h.ID]; running || len(heard) == 0 {
 			continue
 		}
-		for _, ev := range cached.changes {
-			d.deliverer(conversationID, h).put(ev, d.cfg.Metrics)
-		}
-		if cached.last != nil {
-			d.deliverer(conversationID, h).put(*cached.last, d.cfg.Metrics)
+		dl := d.deliverer(conversationID, h)
+		for _, ev := range heard {
+			dl.put(ev, d.cfg.Metrics)
 		}
 	}
 	d.hooks[conversationID] = cachedHooks{hooks: hooks, readAt: time.Now()}
